@@ -1,0 +1,164 @@
+/**
+ * @class   vtkPointNeighborhoodFilter
+ * @brief   fixed-radius neighbor operations on point sets, on the GPU (CUDA) or the CPU
+ *
+ * For every point of a vtkPointSet (polydata, unstructured grid, ...) or of every block of a
+ * composite dataset of them, vtkPointNeighborhoodFilter visits all points within the support
+ * radius R (|x_i - x_j| <= R) and evaluates one operation:
+ *
+ * - NeighborCount: number of other points within R (int32 array "NeighborCount").
+ * - Density: SPH density rho_i = sum_j m_j W(|x_i - x_j|, h), self included, h = R / cutoff
+ *   factor of the kernel (float32 array "Density"). Mass from a point array (input array 0,
+ *   SetInputArrayToProcess) or the constant Mass.
+ * - KernelSmoothing: every array named with AddSmoothedArray, any numeric type and number of
+ *   components, smoothed with the kernel (float32 arrays "<name>_smoothed"), Shepard
+ *   normalization sum_j W_ij f_j / sum_j W_ij, or SPH normalization sum_j (m_j/rho_j) f_j W_ij
+ *   (this also outputs "Density").
+ *
+ * Kernels are VTK's (vtkSPHCubicKernel, vtkSPHQuarticKernel, vtkSPHQuinticKernel,
+ * and the Wendland C2 kernel of vtkWendlandQuinticKernel), so results agree with vtkSPHInterpolator.
+ * The output shallow-copies the input and adds the arrays above, plus a field-data string array
+ * "NeighborGridInfo" (backend, method, device, time per stage). The input is never modified.
+ * Each block of a composite dataset is processed on its own.
+ *
+ * The work runs in the NeighborGrid engine (NeighborGrid/NeighborGrid.h): backend Auto uses a
+ * CUDA GPU when one is usable and the CPU otherwise. The filter keeps its engine, so device
+ * buffers are reused across updates.
+ */
+#ifndef vtkPointNeighborhoodFilter_h
+#define vtkPointNeighborhoodFilter_h
+
+#include "NeighborGridFiltersModule.h" // for export macro
+#include "vtkPassInputTypeAlgorithm.h"
+
+#include <memory> // for std::unique_ptr
+#include <string> // for std::string
+#include <vector> // for std::vector
+
+class NEIGHBORGRIDFILTERS_EXPORT vtkPointNeighborhoodFilter : public vtkPassInputTypeAlgorithm
+{
+public:
+  static vtkPointNeighborhoodFilter* New();
+  vtkTypeMacro(vtkPointNeighborhoodFilter, vtkPassInputTypeAlgorithm);
+  void PrintSelf(ostream& os, vtkIndent indent) override;
+
+  // Values match the ParaView plugin's enumerations (Plugin/NeighborGrid.xml).
+  enum OperationType
+  {
+    NEIGHBOR_COUNT = 0,
+    DENSITY = 1,
+    KERNEL_SMOOTHING = 2
+  };
+  enum KernelType
+  {
+    CUBIC_SPLINE = 0,
+    QUARTIC_SPLINE = 1,
+    QUINTIC_SPLINE = 2,
+    WENDLAND_C2 = 3
+  };
+  enum NormalizationType
+  {
+    SHEPARD = 0,
+    SPH = 1
+  };
+  enum BackendType
+  {
+    BACKEND_AUTO = 0,
+    BACKEND_CUDA = 1,
+    BACKEND_CPU = 2
+  };
+  enum MethodType
+  {
+    METHOD_AUTO = 0,
+    METHOD_COUNTING_SORT = 1,
+    METHOD_BRUTE_FORCE = 2
+    // later issues add FENNS, Radix Sort and CLAWS here
+  };
+
+  ///@{
+  /// Support radius R: j is a neighbor of i when |x_i - x_j| <= R. Must be > 0 and finite.
+  vtkSetMacro(Radius, double);
+  vtkGetMacro(Radius, double);
+  ///@}
+
+  ///@{
+  /// Operation, default DENSITY.
+  vtkSetClampMacro(Operation, int, NEIGHBOR_COUNT, KERNEL_SMOOTHING);
+  vtkGetMacro(Operation, int);
+  ///@}
+
+  ///@{
+  /// SPH kernel, default CUBIC_SPLINE.
+  vtkSetClampMacro(Kernel, int, CUBIC_SPLINE, WENDLAND_C2);
+  vtkGetMacro(Kernel, int);
+  ///@}
+
+  ///@{
+  /// Kernel dimension (its normalization): 2 or 3, default 3.
+  vtkSetClampMacro(Dimension, int, 2, 3);
+  vtkGetMacro(Dimension, int);
+  ///@}
+
+  ///@{
+  /// Constant mass used when no mass array is selected (input array 0), default 1.
+  vtkSetMacro(Mass, double);
+  vtkGetMacro(Mass, double);
+  ///@}
+
+  ///@{
+  /// Point arrays to smooth (KERNEL_SMOOTHING).
+  void AddSmoothedArray(const char* name);
+  void ClearSmoothedArrays();
+  int GetNumberOfSmoothedArrays() const;
+  const char* GetSmoothedArray(int index) const;
+  ///@}
+
+  ///@{
+  /// Normalization of kernel smoothing, default SHEPARD.
+  vtkSetClampMacro(Normalization, int, SHEPARD, SPH);
+  vtkGetMacro(Normalization, int);
+  ///@}
+
+  ///@{
+  /// Backend, default BACKEND_AUTO (CUDA if usable, else CPU). BACKEND_CUDA fails with an error
+  /// where no CUDA device is usable.
+  vtkSetClampMacro(Backend, int, BACKEND_AUTO, BACKEND_CPU);
+  vtkGetMacro(Backend, int);
+  ///@}
+
+  ///@{
+  /// Search method, default METHOD_AUTO.
+  vtkSetClampMacro(Method, int, METHOD_AUTO, METHOD_BRUTE_FORCE);
+  vtkGetMacro(Method, int);
+  ///@}
+
+  /// What the last execution ran on and how long each stage took (also in NeighborGridInfo).
+  const char* GetLastRunInfo() const;
+
+protected:
+  vtkPointNeighborhoodFilter();
+  ~vtkPointNeighborhoodFilter() override;
+
+  int FillInputPortInformation(int port, vtkInformation* info) override;
+  int RequestData(vtkInformation*, vtkInformationVector**, vtkInformationVector*) override;
+
+  double Radius = 1.0;
+  int Operation = DENSITY;
+  int Kernel = CUBIC_SPLINE;
+  int Dimension = 3;
+  double Mass = 1.0;
+  int Normalization = SHEPARD;
+  int Backend = BACKEND_AUTO;
+  int Method = METHOD_AUTO;
+
+private:
+  vtkPointNeighborhoodFilter(const vtkPointNeighborhoodFilter&) = delete;
+  void operator=(const vtkPointNeighborhoodFilter&) = delete;
+
+  struct Internals;
+  std::unique_ptr<Internals> Internal;
+  std::vector<std::string> SmoothedArrays;
+  std::string LastRunInfo;
+};
+
+#endif

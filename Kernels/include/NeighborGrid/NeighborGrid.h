@@ -1,0 +1,199 @@
+// NeighborGrid engine: fixed-radius neighbor operations on point clouds, on the CPU or a CUDA GPU.
+//
+// The whole public API is this header. No VTK, no CUDA types: any C++17 program can use it.
+//
+//   neighborgrid::Engine engine;                  // keep it: device buffers are reused across calls
+//   neighborgrid::Request request;
+//   request.points = {xyz, count};                // interleaved x,y,z (float or double)
+//   request.radius = 1.5;
+//   request.operation = neighborgrid::Operation::Density;
+//   std::vector<float> density(count);
+//   request.density = density.data();
+//   neighborgrid::Report report = engine.run(request);   // throws neighborgrid::Error on bad input
+//
+// Conventions (DESIGN.md): j is a neighbor of i when |x_i - x_j| <= R; the neighbor count excludes i
+// itself and includes other points at the same position; density and smoothing sums include j = i.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#if defined(_WIN32)
+#if defined(NEIGHBORGRID_KERNELS_BUILDING)
+#define NEIGHBORGRID_API __declspec(dllexport)
+#else
+#define NEIGHBORGRID_API __declspec(dllimport)
+#endif
+#else
+#define NEIGHBORGRID_API __attribute__((visibility("default")))
+#endif
+
+namespace neighborgrid
+{
+
+enum class Backend
+{
+  Auto, // CUDA when a usable device is present, otherwise CPU; the Report says which and why
+  CUDA,
+  CPU
+};
+
+enum class Method
+{
+  Auto,         // the fastest method known for the request (Report::method says which ran)
+  CountingSort, // uniform grid of cell size >= R, atomic/counting sort (Hoetzlein 2013), 27 cells
+  BruteForce    // every pair; for validation
+};
+
+enum class Operation
+{
+  NeighborCount, // int32 per point
+  Density,       // rho_i = sum_j m_j W_ij (self included), float per point
+  Smoothing      // kernel smoothing of point arrays, float per component
+};
+
+enum class Kernel
+{
+  CubicSpline,
+  QuarticSpline,
+  QuinticSpline,
+  WendlandC2
+};
+
+enum class Normalization
+{
+  Shepard, // f_i = sum_j W_ij f_j / sum_j W_ij
+  SPH      // f_i = sum_j (m_j / rho_j) f_j W_ij (the density is computed in the same call)
+};
+
+enum class ScalarType
+{
+  Float32,
+  Float64
+};
+
+/// Interleaved x,y,z coordinates, `count` points.
+struct Points
+{
+  const void* xyz = nullptr;
+  std::int64_t count = 0;
+  ScalarType type = ScalarType::Float32;
+
+  Points() = default;
+  Points(const float* p, std::int64_t n) : xyz(p), count(n), type(ScalarType::Float32) {}
+  Points(const double* p, std::int64_t n) : xyz(p), count(n), type(ScalarType::Float64) {}
+};
+
+/// One array to smooth: `components` floats per point, interleaved as in VTK (tuple after tuple);
+/// the result goes to `output` with the same layout.
+struct SmoothedArray
+{
+  const float* values = nullptr;
+  int components = 1;
+  float* output = nullptr;
+  std::string name; // used in error messages only
+};
+
+/// Called between stages and between slices of work: fraction in [0, 1] and the stage name.
+/// Return false to abort; run() then throws neighborgrid::Aborted and writes nothing further.
+using ProgressCallback = std::function<bool(double fraction, const char* stage)>;
+
+struct Request
+{
+  Points points;
+  // Reserved: a second "source" point set (neighbors taken from source, results per query point).
+  // Not supported yet; run() rejects a request that sets it.
+  Points source;
+
+  double radius = 0.0; // support radius R, > 0 and finite
+  Operation operation = Operation::Density;
+
+  Kernel kernel = Kernel::CubicSpline;
+  int dimension = 3;             // 2 or 3: selects the kernel's normalization sigma_d
+  const float* mass = nullptr;   // per-point mass, or null for constantMass
+  double constantMass = 1.0;
+
+  std::vector<SmoothedArray> smoothed; // Operation::Smoothing: any number of arrays
+  Normalization normalization = Normalization::Shepard;
+
+  Backend backend = Backend::Auto;
+  Method method = Method::Auto;
+
+  // Outputs, caller-owned, `points.count` entries each (count x components for smoothing).
+  std::int32_t* neighborCount = nullptr; // required for NeighborCount
+  float* density = nullptr; // required for Density; optional for Smoothing with SPH normalization
+
+  ProgressCallback progress; // optional
+};
+
+struct StageTime
+{
+  std::string stage;
+  double milliseconds = 0.0;
+};
+
+struct Report
+{
+  Backend backend = Backend::CPU; // what actually ran (never Auto)
+  Method method = Method::CountingSort;
+  std::string device;             // "NVIDIA H100 80GB HBM3 (sm_90)" or "CPU, 16 threads"
+  std::string backendReason;      // why Auto chose this backend, or "requested"
+  std::vector<StageTime> stages;  // wall or device time per stage
+  std::int64_t neighborPairs = 0; // sum over points of the neighbor count (self excluded)
+  std::int64_t extraDeviceBytes = 0; // device memory the method holds beyond inputs and outputs
+};
+
+/// Every failure: bad input, an unavailable backend, a failed CUDA call. what() says what and why.
+class NEIGHBORGRID_API Error : public std::runtime_error
+{
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Thrown when the progress callback asked to stop.
+class NEIGHBORGRID_API Aborted : public Error
+{
+public:
+  using Error::Error;
+};
+
+class NEIGHBORGRID_API Engine
+{
+public:
+  Engine();
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+
+  /// Validates the request (throws Error before touching any output), then computes.
+  Report run(const Request& request);
+
+  /// Number of CPU threads the CPU backend uses (default: hardware concurrency).
+  void setCpuThreads(int threads);
+
+  /// Whether this build has the CUDA backend and a device is usable; `why` says why not.
+  static bool cudaAvailable(std::string* why = nullptr);
+
+private:
+  struct Impl;
+  Impl* impl_;
+};
+
+// Names as they appear in the ParaView plugin and in reports.
+NEIGHBORGRID_API const char* toString(Backend);
+NEIGHBORGRID_API const char* toString(Method);
+NEIGHBORGRID_API const char* toString(Operation);
+NEIGHBORGRID_API const char* toString(Kernel);
+NEIGHBORGRID_API const char* toString(Normalization);
+
+/// The kernel's cutoff factor (R / h) and value W(r, h) in double, for references and tests.
+NEIGHBORGRID_API double kernelCutoffFactor(Kernel kernel);
+NEIGHBORGRID_API double kernelValue(Kernel kernel, int dimension, double radius, double distance);
+
+} // namespace neighborgrid
