@@ -3,6 +3,7 @@
 
 #include "NeighborGrid/NeighborGrid.h"
 
+#include <cmath>
 #include <cstdint>
 
 #if defined(__CUDACC__)

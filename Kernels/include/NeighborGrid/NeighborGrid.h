@@ -143,7 +143,7 @@ struct Report
   std::string device;             // "NVIDIA H100 80GB HBM3 (sm_90)" or "CPU, 16 threads"
   std::string backendReason;      // why Auto chose this backend, or "requested"
   std::vector<StageTime> stages;  // wall or device time per stage
-  std::int64_t neighborPairs = 0; // sum over points of the neighbor count (self excluded)
+  std::int64_t neighborPairs = -1; // Neighbor Count only: sum of the counts; -1 otherwise
   std::int64_t extraDeviceBytes = 0; // device memory the method holds beyond inputs and outputs
 };
 

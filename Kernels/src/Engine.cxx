@@ -1,0 +1,396 @@
+// Engine: validates a request, converts coordinates to float relative to the bounds' minimum,
+// picks the backend and method, and hands the problem to the backend.
+#include "Backend.h"
+#include "Timer.h"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <thread>
+
+namespace neighborgrid
+{
+
+const char* toString(Backend b)
+{
+  switch (b)
+  {
+    case Backend::Auto:
+      return "Auto";
+    case Backend::CUDA:
+      return "CUDA";
+    case Backend::CPU:
+      return "CPU";
+  }
+  return "?";
+}
+
+const char* toString(Method m)
+{
+  switch (m)
+  {
+    case Method::Auto:
+      return "Auto";
+    case Method::CountingSort:
+      return "Counting Sort";
+    case Method::BruteForce:
+      return "Brute Force";
+  }
+  return "?";
+}
+
+const char* toString(Operation o)
+{
+  switch (o)
+  {
+    case Operation::NeighborCount:
+      return "Neighbor Count";
+    case Operation::Density:
+      return "Density";
+    case Operation::Smoothing:
+      return "Kernel Smoothing";
+  }
+  return "?";
+}
+
+const char* toString(Kernel k)
+{
+  switch (k)
+  {
+    case Kernel::CubicSpline:
+      return "Cubic Spline";
+    case Kernel::QuarticSpline:
+      return "Quartic Spline";
+    case Kernel::QuinticSpline:
+      return "Quintic Spline";
+    case Kernel::WendlandC2:
+      return "Wendland C2";
+  }
+  return "?";
+}
+
+const char* toString(Normalization n)
+{
+  return n == Normalization::SPH ? "SPH" : "Shepard";
+}
+
+double kernelCutoffFactor(Kernel kernel)
+{
+  return detail::cutoffFactor(kernel);
+}
+
+double kernelValue(Kernel kernel, int dimension, double radius, double distance)
+{
+  const double h = radius / detail::cutoffFactor(kernel);
+  const double hToD = dimension == 2 ? h * h : h * h * h;
+  return detail::kernelSigma(kernel, dimension) / hToD * detail::kernelShape<double>(kernel, distance / h);
+}
+
+namespace
+{
+
+[[noreturn]] void fail(const std::string& message)
+{
+  throw Error("NeighborGrid: " + message);
+}
+
+template <class Enum>
+bool validEnum(Enum e, Enum last)
+{
+  return static_cast<int>(e) >= 0 && static_cast<int>(e) <= static_cast<int>(last);
+}
+
+void validate(const Request& r)
+{
+  if (r.source.xyz || r.source.count)
+  {
+    fail("a separate source point set is not supported yet; leave Request::source empty");
+  }
+  if (r.points.count <= 0)
+  {
+    fail("the input has no points");
+  }
+  if (!r.points.xyz)
+  {
+    fail("Request::points has a count but no coordinates");
+  }
+  if (r.points.count >= std::numeric_limits<std::int32_t>::max())
+  {
+    fail("more than 2^31 - 2 points in one request is not supported (got " +
+      std::to_string(r.points.count) + ")");
+  }
+  if (!(std::isfinite(r.radius) && r.radius > 0.0))
+  {
+    std::ostringstream s;
+    s << "the radius must be a finite number > 0 (got " << r.radius << ")";
+    fail(s.str());
+  }
+  if (!validEnum(r.operation, Operation::Smoothing) || !validEnum(r.kernel, Kernel::WendlandC2) ||
+    !validEnum(r.normalization, Normalization::SPH) || !validEnum(r.backend, Backend::CPU) ||
+    !validEnum(r.method, Method::BruteForce) ||
+    !validEnum(r.points.type, ScalarType::Float64))
+  {
+    fail("an enumeration in the request has an invalid value");
+  }
+  if (r.dimension != 2 && r.dimension != 3)
+  {
+    fail("the kernel dimension must be 2 or 3 (got " + std::to_string(r.dimension) + ")");
+  }
+  const bool usesMass = r.operation == Operation::Density ||
+    (r.operation == Operation::Smoothing && r.normalization == Normalization::SPH);
+  if (usesMass && !r.mass && !std::isfinite(r.constantMass))
+  {
+    fail("the constant mass must be finite");
+  }
+  switch (r.operation)
+  {
+    case Operation::NeighborCount:
+      if (!r.neighborCount)
+      {
+        fail("Neighbor Count needs Request::neighborCount (an int32 array of one value per point)");
+      }
+      break;
+    case Operation::Density:
+      if (!r.density)
+      {
+        fail("Density needs Request::density (a float array of one value per point)");
+      }
+      break;
+    case Operation::Smoothing:
+      if (r.smoothed.empty())
+      {
+        fail("Kernel Smoothing needs at least one array to smooth");
+      }
+      for (const auto& a : r.smoothed)
+      {
+        const std::string name = a.name.empty() ? std::string("(unnamed)") : "'" + a.name + "'";
+        if (!a.values || !a.output)
+        {
+          fail("smoothed array " + name + " needs both values and an output buffer");
+        }
+        if (a.components < 1)
+        {
+          fail("smoothed array " + name + " must have at least one component");
+        }
+      }
+      break;
+  }
+}
+
+/// Bounds in double, then float coordinates relative to the minimum (so data far from the
+/// origin keeps its precision). Rejects non-finite coordinates, naming the point.
+template <class T>
+void prepareCoordinates(const T* xyz, std::int64_t n, int threads, float* out, float extent[3])
+{
+  double lo[3], hi[3];
+  for (int a = 0; a < 3; ++a)
+  {
+    lo[a] = std::numeric_limits<double>::infinity();
+    hi[a] = -std::numeric_limits<double>::infinity();
+  }
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    for (int a = 0; a < 3; ++a)
+    {
+      const double v = xyz[3 * i + a];
+      if (!std::isfinite(v))
+      {
+        std::ostringstream s;
+        s << "point " << i << " has a non-finite coordinate (" << double(xyz[3 * i]) << ", "
+          << double(xyz[3 * i + 1]) << ", " << double(xyz[3 * i + 2]) << ")";
+        fail(s.str());
+      }
+      lo[a] = std::min(lo[a], v);
+      hi[a] = std::max(hi[a], v);
+    }
+  }
+  for (int a = 0; a < 3; ++a)
+  {
+    extent[a] = static_cast<float>(hi[a] - lo[a]);
+  }
+  // The conversion is a pure streaming pass: split it over threads.
+  const int workers = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n / 65536)));
+  auto convert = [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        out[3 * i + a] = static_cast<float>(double(xyz[3 * i + a]) - lo[a]);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  const std::int64_t slice = (n + workers - 1) / workers;
+  for (int t = 1; t < workers; ++t)
+  {
+    pool.emplace_back(convert, t * slice, std::min(n, (t + 1) * slice));
+  }
+  convert(0, std::min(n, slice));
+  for (auto& thread : pool)
+  {
+    thread.join();
+  }
+  // Rounding can push a coordinate a hair past the float extent; keep the extent an upper bound.
+  for (int a = 0; a < 3; ++a)
+  {
+    extent[a] = std::nextafter(extent[a], std::numeric_limits<float>::infinity());
+  }
+}
+
+void checkMass(const float* mass, std::int64_t n)
+{
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    if (!std::isfinite(mass[i]))
+    {
+      std::ostringstream s;
+      s << "the mass of point " << i << " is not finite (" << mass[i] << ")";
+      fail(s.str());
+    }
+  }
+}
+
+} // namespace
+
+struct Engine::Impl
+{
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::unique_ptr<detail::BackendImplementation> cpu;
+  std::unique_ptr<detail::BackendImplementation> cuda;
+};
+
+Engine::Engine() : impl_(new Impl) {}
+Engine::~Engine()
+{
+  delete impl_;
+}
+Engine::Engine(Engine&& other) noexcept : impl_(other.impl_)
+{
+  other.impl_ = new Impl;
+}
+Engine& Engine::operator=(Engine&& other) noexcept
+{
+  std::swap(impl_, other.impl_);
+  return *this;
+}
+
+void Engine::setCpuThreads(int threads)
+{
+  impl_->threads = std::max(1, threads);
+  impl_->cpu.reset();
+}
+
+bool Engine::cudaAvailable(std::string* why)
+{
+#if defined(NEIGHBORGRID_HAS_CUDA)
+  return detail::cudaDeviceUsable(why);
+#else
+  if (why)
+  {
+    *why = "this NeighborGrid was built without CUDA";
+  }
+  return false;
+#endif
+}
+
+Report Engine::run(const Request& request)
+{
+  validate(request);
+  const std::int64_t n = request.points.count;
+  const bool usesMass = request.operation == Operation::Density ||
+    (request.operation == Operation::Smoothing && request.normalization == Normalization::SPH);
+  if (usesMass && request.mass)
+  {
+    checkMass(request.mass, n);
+  }
+
+  Report report;
+  // Backend.
+  Backend backend = request.backend;
+  if (backend == Backend::Auto)
+  {
+    std::string why;
+    if (cudaAvailable(&why))
+    {
+      backend = Backend::CUDA;
+      report.backendReason = "Auto: a CUDA device is usable";
+    }
+    else
+    {
+      backend = Backend::CPU;
+      report.backendReason = "Auto: CPU because " + why;
+    }
+  }
+  else
+  {
+    report.backendReason = "requested";
+    if (backend == Backend::CUDA)
+    {
+      std::string why;
+      if (!cudaAvailable(&why))
+      {
+        fail("the CUDA backend was requested but is not usable: " + why);
+      }
+    }
+  }
+  detail::BackendImplementation* implementation = nullptr;
+  if (backend == Backend::CPU)
+  {
+    if (!impl_->cpu)
+    {
+      impl_->cpu = detail::makeCpuBackend(impl_->threads);
+    }
+    implementation = impl_->cpu.get();
+  }
+  else
+  {
+#if defined(NEIGHBORGRID_HAS_CUDA)
+    if (!impl_->cuda)
+    {
+      impl_->cuda = detail::makeCudaBackend();
+    }
+    implementation = impl_->cuda.get();
+#endif
+  }
+
+  // Method: Counting Sort is the fastest available one.
+  const Method method = request.method == Method::Auto ? Method::CountingSort : request.method;
+
+  const detail::ProgressReporter progress(request.progress);
+  progress(0.0, "prepare");
+  detail::Timer timer;
+  detail::Problem problem;
+  problem.count = n;
+  float* coordinates = implementation->coordinateStaging(n);
+  if (request.points.type == ScalarType::Float32)
+  {
+    prepareCoordinates(static_cast<const float*>(request.points.xyz), n, impl_->threads, coordinates, problem.extent);
+  }
+  else
+  {
+    prepareCoordinates(static_cast<const double*>(request.points.xyz), n, impl_->threads, coordinates, problem.extent);
+  }
+  problem.xyz = coordinates;
+  problem.radius = request.radius;
+  problem.radiusSquared = static_cast<float>(request.radius * request.radius);
+  problem.operation = request.operation;
+  problem.method = method;
+  problem.kernel = detail::makeKernelParams(request.kernel, request.dimension, request.radius);
+  problem.mass = request.mass;
+  problem.constantMass = static_cast<float>(request.constantMass);
+  problem.smoothed = &request.smoothed;
+  problem.normalization = request.normalization;
+  problem.neighborCount = request.neighborCount;
+  problem.density = request.density;
+  problem.progress = &progress;
+  detail::addStage(report, "prepare", timer.milliseconds());
+
+  report.method = method;
+  report.neighborPairs = -1;
+  implementation->run(problem, report);
+  report.backend = backend;
+  progress(1.0, "done");
+  return report;
+}
+
+} // namespace neighborgrid

@@ -1,0 +1,112 @@
+// The order of passes for each operation, shared by the CPU and CUDA backends. An executor
+// provides the primitives (where buffers live, how a search pass runs); this decides what runs.
+#pragma once
+
+#include "Backend.h"
+#include "Operations.h"
+
+#include <algorithm>
+
+namespace neighborgrid
+{
+namespace detail
+{
+
+/// Executor requirements:
+///   void setWeights(WeightMode)                          particle weight w: 1 or the mass
+///   void divideWeightsByDensity(const float* ordered)    w = m / rho (SPH smoothing)
+///   std::int32_t* countOutput(); float* densityOutput() (null when not wanted)
+///   float* orderedDensity()                              scratch, the method's order
+///   const float* gatherValues(size_t array, int first, int count)   values in the method's order
+///   float* smoothingOutput(size_t array)                 input order, all components
+///   template <class Op> void search(const Op&, const char* stage)
+///   void finishOutputs()                                 e.g. download
+enum class WeightMode
+{
+  One,
+  Mass
+};
+
+template <int Components, class Executor>
+void smoothComponents(Executor& ex, const Problem& p, std::size_t array, int first, bool shepard)
+{
+  SmoothingOperation<Components> op;
+  op.kernel = p.kernel;
+  op.values = ex.gatherValues(array, first, Components);
+  op.shepard = shepard;
+  op.output = ex.smoothingOutput(array);
+  op.outputStride = (*p.smoothed)[array].components;
+  op.firstComponent = first;
+  ex.search(op, "smoothing");
+}
+
+template <class Executor>
+void runOperation(Executor& ex, const Problem& p)
+{
+  switch (p.operation)
+  {
+    case Operation::NeighborCount:
+    {
+      ex.setWeights(WeightMode::One);
+      CountOperation op;
+      op.output = ex.countOutput();
+      ex.search(op, "search");
+      break;
+    }
+    case Operation::Density:
+    {
+      ex.setWeights(WeightMode::Mass);
+      DensityOperation op;
+      op.kernel = p.kernel;
+      op.output = ex.densityOutput();
+      ex.search(op, "search");
+      break;
+    }
+    case Operation::Smoothing:
+    {
+      const bool shepard = p.normalization == Normalization::Shepard;
+      if (shepard)
+      {
+        ex.setWeights(WeightMode::One);
+      }
+      else
+      {
+        // SPH normalization needs rho_j of every neighbor: a density pass first.
+        ex.setWeights(WeightMode::Mass);
+        DensityOperation density;
+        density.kernel = p.kernel;
+        density.output = ex.densityOutput();
+        density.orderedOutput = ex.orderedDensity();
+        ex.search(density, "density");
+        ex.divideWeightsByDensity(density.orderedOutput);
+      }
+      for (std::size_t a = 0; a < p.smoothed->size(); ++a)
+      {
+        const int components = (*p.smoothed)[a].components;
+        for (int first = 0; first < components; first += maxComponentsPerPass)
+        {
+          switch (std::min(maxComponentsPerPass, components - first))
+          {
+            case 1:
+              smoothComponents<1>(ex, p, a, first, shepard);
+              break;
+            case 2:
+              smoothComponents<2>(ex, p, a, first, shepard);
+              break;
+            case 3:
+              smoothComponents<3>(ex, p, a, first, shepard);
+              break;
+            default:
+              smoothComponents<4>(ex, p, a, first, shepard);
+              break;
+          }
+        }
+      }
+      break;
+    }
+  }
+  ex.finishOutputs();
+}
+
+} // namespace detail
+} // namespace neighborgrid
