@@ -1,0 +1,450 @@
+// Engine tests: every operation x kernel x method on the backend named on the command line
+// (--backend=cpu or --backend=cuda), against a double-precision brute force.
+// With --backend=cuda and no usable device the program exits 77, which CTest reports as skipped.
+#include "Clouds.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <memory>
+
+using namespace neighborgrid;
+using ngtest::Cloud;
+using ngtest::Reference;
+
+namespace
+{
+
+Backend backendUnderTest = Backend::CPU;
+
+struct Scenario
+{
+  std::string kind;
+  std::int64_t count;
+  double box;
+  double radius;
+  bool asFloat;
+  std::uint64_t seed;
+};
+
+std::string scenarioName(const testing::TestParamInfo<Scenario>& info)
+{
+  std::string r = std::to_string(info.param.radius);
+  for (auto& ch : r)
+  {
+    if (ch == '.')
+    {
+      ch = 'p';
+    }
+  }
+  r.erase(r.find_last_not_of('0') + 1);
+  return info.param.kind + "_" + std::to_string(info.param.count) + "_R" + r + (info.param.asFloat ? "_f32" : "_f64");
+}
+
+struct Fixture
+{
+  Cloud cloud;
+  std::unique_ptr<Reference> reference;
+  std::vector<std::int32_t> cpuBruteForceCounts; // the float pair test, evaluated on the CPU
+};
+
+Fixture& fixtureFor(const Scenario& s)
+{
+  static std::map<std::string, std::unique_ptr<Fixture>> cache;
+  const std::string key = s.kind + std::to_string(s.count) + std::to_string(s.radius) + std::to_string(s.asFloat);
+  auto& slot = cache[key];
+  if (!slot)
+  {
+    slot = std::make_unique<Fixture>();
+    slot->cloud = ngtest::makeCloud(s.kind, s.count, s.box, s.seed, s.asFloat);
+    slot->reference = std::make_unique<Reference>(slot->cloud, s.radius);
+  }
+  return *slot;
+}
+
+Request baseRequest(const Cloud& c, double radius, Method method)
+{
+  Request r;
+  r.points = c.points();
+  r.radius = radius;
+  r.backend = backendUnderTest;
+  r.method = method;
+  r.dimension = c.dimension;
+  return r;
+}
+
+std::vector<Method> methodsFor(const Scenario& s)
+{
+  std::vector<Method> methods{ Method::CountingSort, Method::Auto };
+  // The CPU brute force is quadratic: keep CI fast.
+  if (backendUnderTest == Backend::CUDA || s.count <= 5000)
+  {
+    methods.push_back(Method::BruteForce);
+  }
+  return methods;
+}
+
+class EngineAccuracy : public testing::TestWithParam<Scenario>
+{
+};
+
+TEST_P(EngineAccuracy, NeighborCountMatchesDoubleBruteForce)
+{
+  const Scenario& s = GetParam();
+  Fixture& f = fixtureFor(s);
+  const Reference& ref = *f.reference;
+  Engine engine;
+  if (f.cpuBruteForceCounts.empty() && s.count <= 20000)
+  {
+    Request r = baseRequest(f.cloud, s.radius, Method::BruteForce);
+    r.backend = Backend::CPU;
+    r.operation = Operation::NeighborCount;
+    f.cpuBruteForceCounts.assign(s.count, -7);
+    r.neighborCount = f.cpuBruteForceCounts.data();
+    engine.run(r);
+  }
+  std::int64_t ambiguousTotal = 0, certainTotal = 0;
+  for (std::int64_t i = 0; i < s.count; ++i)
+  {
+    ambiguousTotal += ref.ambiguous[i];
+    certainTotal += ref.certain[i];
+  }
+  RecordProperty("average_neighbors", std::to_string(ref.averageNeighbors()));
+  // Ambiguous pairs (within float rounding of R) must stay rare, or the test would check little.
+  EXPECT_LE(ambiguousTotal, 10 + certainTotal / 10000);
+
+  for (Method method : methodsFor(s))
+  {
+    SCOPED_TRACE(toString(method));
+    Request r = baseRequest(f.cloud, s.radius, method);
+    r.operation = Operation::NeighborCount;
+    std::vector<std::int32_t> counts(s.count, -7); // poison: every entry must be written
+    r.neighborCount = counts.data();
+    const Report report = engine.run(r);
+    EXPECT_EQ(report.backend, backendUnderTest);
+    EXPECT_NE(report.method, Method::Auto);
+    std::int64_t total = 0, bad = 0;
+    for (std::int64_t i = 0; i < s.count; ++i)
+    {
+      total += counts[i];
+      const bool ok = counts[i] >= ref.certain[i] && counts[i] <= ref.certain[i] + ref.ambiguous[i];
+      if (!ok && bad++ < 5)
+      {
+        ADD_FAILURE() << "point " << i << ": count " << counts[i] << ", reference " << ref.certain[i] << " (+"
+                      << ref.ambiguous[i] << " ambiguous)";
+      }
+      if (!f.cpuBruteForceCounts.empty() && counts[i] != f.cpuBruteForceCounts[i] && bad++ < 5)
+      {
+        ADD_FAILURE() << "point " << i << ": count " << counts[i] << " differs from the CPU brute force "
+                      << f.cpuBruteForceCounts[i] << " (same float pair test: must be identical)";
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(report.neighborPairs, total);
+  }
+}
+
+/// Relative error <= 1e-5. Where signed values cancel, relative to `magnitude` (the same sum over
+/// |f_j|), the scale of any float summation's rounding error.
+void expectClose(const std::vector<float>& got, const std::vector<double>& want, const char* what,
+  const std::vector<double>* magnitude = nullptr)
+{
+  ASSERT_EQ(got.size(), want.size());
+  int bad = 0;
+  double worst = 0;
+  for (std::size_t k = 0; k < want.size(); ++k)
+  {
+    const double denominator = std::max(std::abs(want[k]), magnitude ? (*magnitude)[k] : 0.0);
+    const double error = std::abs(double(got[k]) - want[k]) / denominator;
+    worst = std::max(worst, std::isnan(error) ? 1e300 : error);
+    if (!(error <= 1e-5) && bad++ < 5)
+    {
+      ADD_FAILURE() << what << " entry " << k << ": got " << got[k] << ", reference " << want[k] << " (relative error "
+                    << error << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": worst relative error " << worst;
+}
+
+TEST_P(EngineAccuracy, DensityMatchesDoubleBruteForceForEveryKernel)
+{
+  const Scenario& s = GetParam();
+  Fixture& f = fixtureFor(s);
+  Engine engine;
+  for (Kernel kernel : { Kernel::CubicSpline, Kernel::QuarticSpline, Kernel::QuinticSpline, Kernel::WendlandC2 })
+  {
+    const auto withMass = f.reference->density(f.cloud, kernel, f.cloud.mass.data(), 1.0);
+    const auto constant = f.reference->density(f.cloud, kernel, nullptr, 2.5);
+    for (Method method : methodsFor(s))
+    {
+      SCOPED_TRACE(std::string(toString(kernel)) + ", " + toString(method));
+      Request r = baseRequest(f.cloud, s.radius, method);
+      r.operation = Operation::Density;
+      r.kernel = kernel;
+      r.mass = f.cloud.mass.data();
+      std::vector<float> rho(s.count, -1.0f);
+      r.density = rho.data();
+      engine.run(r);
+      expectClose(rho, withMass, "density (mass array)");
+
+      r.mass = nullptr;
+      r.constantMass = 2.5;
+      std::fill(rho.begin(), rho.end(), -1.0f);
+      engine.run(r);
+      expectClose(rho, constant, "density (constant mass)");
+    }
+  }
+}
+
+TEST_P(EngineAccuracy, SmoothingMatchesDoubleBruteForce)
+{
+  const Scenario& s = GetParam();
+  Fixture& f = fixtureFor(s);
+  const Cloud& c = f.cloud;
+  Engine engine;
+  struct Case
+  {
+    Kernel kernel;
+    Normalization normalization;
+  };
+  for (const Case& k : { Case{ Kernel::CubicSpline, Normalization::Shepard }, Case{ Kernel::QuinticSpline, Normalization::Shepard },
+         Case{ Kernel::WendlandC2, Normalization::SPH }, Case{ Kernel::QuarticSpline, Normalization::SPH } })
+  {
+    const bool shepard = k.normalization == Normalization::Shepard;
+    const auto scalarRef = f.reference->smooth(c, k.kernel, c.scalar, 1, shepard, c.mass.data(), 1.0);
+    const auto vectorRef = f.reference->smooth(c, k.kernel, c.vector3, 3, shepard, c.mass.data(), 1.0);
+    const auto vectorScale = f.reference->smooth(c, k.kernel, c.vector3, 3, shepard, c.mass.data(), 1.0, true);
+    const auto tensorRef = f.reference->smooth(c, k.kernel, c.tensor9, 9, shepard, c.mass.data(), 1.0);
+    const auto tensorScale = f.reference->smooth(c, k.kernel, c.tensor9, 9, shepard, c.mass.data(), 1.0, true);
+    const auto densityRef = f.reference->density(c, k.kernel, c.mass.data(), 1.0);
+    for (Method method : methodsFor(s))
+    {
+      SCOPED_TRACE(std::string(toString(k.kernel)) + ", " + toString(k.normalization) + ", " + toString(method));
+      Request r = baseRequest(c, s.radius, method);
+      r.operation = Operation::Smoothing;
+      r.kernel = k.kernel;
+      r.normalization = k.normalization;
+      r.mass = c.mass.data();
+      std::vector<float> scalar(s.count, -1.0f), vector(3 * s.count, -1.0f), tensor(9 * s.count, -1.0f),
+        rho(s.count, -1.0f);
+      r.smoothed = { { c.scalar.data(), 1, scalar.data(), "scalar" }, { c.vector3.data(), 3, vector.data(), "vector" },
+        { c.tensor9.data(), 9, tensor.data(), "tensor" } };
+      if (!shepard)
+      {
+        r.density = rho.data();
+      }
+      engine.run(r);
+      expectClose(scalar, scalarRef, "smoothed scalar");
+      expectClose(vector, vectorRef, "smoothed vector", &vectorScale);
+      expectClose(tensor, tensorRef, "smoothed 9-component array", &tensorScale);
+      if (!shepard)
+      {
+        expectClose(rho, densityRef, "density of SPH smoothing");
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Clouds, EngineAccuracy,
+  testing::Values(Scenario{ "uniform", 500, 6.0, 1.0, true, 1 }, Scenario{ "uniform", 4000, 10.0, 0.9, true, 2 },
+    Scenario{ "uniform", 20000, 16.0, 1.0, true, 3 }, Scenario{ "clustered", 4000, 10.0, 0.5, true, 4 },
+    Scenario{ "duplicates", 3000, 8.0, 0.8, true, 5 }, Scenario{ "planar", 3000, 10.0, 0.7, true, 6 },
+    Scenario{ "far", 3000, 8.0, 0.8, false, 7 }, Scenario{ "far", 2000, 8.0, 0.8, true, 8 },
+    // Tiny radius: a grid of cells of size R would have 10^12 cells; most points have no neighbor.
+    Scenario{ "uniform", 3000, 100.0, 0.01, true, 9 },
+    // Radius larger than the whole cloud: everyone is everyone's neighbor.
+    Scenario{ "uniform", 400, 5.0, 50.0, true, 10 }),
+  scenarioName);
+
+// --- Kernels integrate to one (as VTK's TestSPHKernels checks) ----------------------------------
+TEST(Kernels, IntegrateToOne)
+{
+  for (Kernel kernel : { Kernel::CubicSpline, Kernel::QuarticSpline, Kernel::QuinticSpline, Kernel::WendlandC2 })
+  {
+    for (int dimension : { 2, 3 })
+    {
+      const double radius = 1.7;
+      const int steps = 200000;
+      const double dr = radius / steps;
+      double integral = 0;
+      for (int k = 0; k < steps; ++k)
+      {
+        const double r = (k + 0.5) * dr; // midpoint rule
+        const double shell = dimension == 3 ? 4.0 * M_PI * r * r : 2.0 * M_PI * r;
+        integral += shell * kernelValue(kernel, dimension, radius, r) * dr;
+      }
+      EXPECT_NEAR(integral, 1.0, 1e-6) << toString(kernel) << " in " << dimension << "D";
+      EXPECT_EQ(kernelValue(kernel, dimension, radius, radius), 0.0) << toString(kernel);
+      EXPECT_GT(kernelValue(kernel, dimension, radius, 0.0), 0.0);
+    }
+  }
+}
+
+// --- Bad input: a clear error, outputs untouched ----------------------------------------------
+class EngineErrors : public testing::Test
+{
+protected:
+  Cloud cloud = ngtest::makeCloud("uniform", 100, 3.0, 11);
+  std::vector<float> rho = std::vector<float>(100, -1.0f);
+  Request request()
+  {
+    Request r = baseRequest(cloud, 0.5, Method::Auto);
+    r.operation = Operation::Density;
+    r.density = rho.data();
+    return r;
+  }
+  void expectError(const Request& r, const std::string& fragment)
+  {
+    Engine engine;
+    try
+    {
+      engine.run(r);
+      ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
+    }
+    catch (const Error& e)
+    {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+    for (float v : rho)
+    {
+      ASSERT_EQ(v, -1.0f) << "an output was written despite the error";
+    }
+  }
+};
+
+TEST_F(EngineErrors, RejectsBadRadius)
+{
+  for (double radius : { 0.0, -1.0, std::nan(""), HUGE_VAL })
+  {
+    Request r = request();
+    r.radius = radius;
+    expectError(r, "radius");
+  }
+}
+
+TEST_F(EngineErrors, RejectsEmptyInput)
+{
+  Request r = request();
+  r.points = Points(cloud.xyzFloat.data(), 0);
+  expectError(r, "no points");
+}
+
+TEST_F(EngineErrors, NamesThePointWithANonFiniteCoordinate)
+{
+  cloud.xyzFloat[3 * 42 + 1] = std::nanf("");
+  expectError(request(), "point 42");
+  cloud.xyzFloat[3 * 42 + 1] = 1.0f;
+  cloud.xyzFloat[3 * 57] = INFINITY;
+  expectError(request(), "point 57");
+}
+
+TEST_F(EngineErrors, RejectsNonFiniteMass)
+{
+  Request r = request();
+  cloud.mass[9] = NAN;
+  r.mass = cloud.mass.data();
+  expectError(r, "mass of point 9");
+}
+
+TEST_F(EngineErrors, RejectsMissingOutputsAndArrays)
+{
+  Request r = request();
+  r.density = nullptr;
+  expectError(r, "Density needs");
+  r = request();
+  r.operation = Operation::Smoothing;
+  expectError(r, "at least one array");
+  r.smoothed = { { cloud.scalar.data(), 0, rho.data(), "pressure" } };
+  expectError(r, "'pressure'");
+  r = request();
+  r.dimension = 4;
+  expectError(r, "dimension");
+  r = request();
+  r.source = cloud.points();
+  expectError(r, "source");
+}
+
+TEST_F(EngineErrors, AbortFromProgressCallbackStopsTheRun)
+{
+  Request r = request();
+  int calls = 0;
+  r.progress = [&](double fraction, const char*) {
+    EXPECT_GE(fraction, 0.0);
+    EXPECT_LE(fraction, 1.0);
+    return ++calls < 2;
+  };
+  Engine engine;
+  EXPECT_THROW(engine.run(r), Aborted);
+  EXPECT_EQ(calls, 2);
+}
+
+TEST(EngineReport, SaysWhatRanAndWhy)
+{
+  Cloud cloud = ngtest::makeCloud("uniform", 1000, 5.0, 12);
+  std::vector<float> rho(1000);
+  Request r = baseRequest(cloud, 0.6, Method::Auto);
+  r.backend = Backend::Auto;
+  r.density = rho.data();
+  Engine engine;
+  const Report report = engine.run(r);
+  EXPECT_EQ(report.method, Method::CountingSort);
+  EXPECT_FALSE(report.device.empty());
+  EXPECT_NE(report.backendReason.find("Auto"), std::string::npos);
+  std::string why;
+  EXPECT_EQ(report.backend, Engine::cudaAvailable(&why) ? Backend::CUDA : Backend::CPU) << why;
+  bool hasSearch = false;
+  for (const auto& s : report.stages)
+  {
+    hasSearch = hasSearch || s.stage == "search";
+    EXPECT_GE(s.milliseconds, 0.0);
+  }
+  EXPECT_TRUE(hasSearch);
+}
+
+TEST(EngineReuse, BuffersAreReusedAcrossDifferentSizes)
+{
+  Engine engine;
+  for (std::int64_t n : { 5000, 300, 7000, 300 })
+  {
+    Cloud cloud = ngtest::makeCloud("uniform", n, 6.0, 100 + n);
+    Reference ref(cloud, 0.7);
+    std::vector<std::int32_t> counts(n, -7);
+    Request r = baseRequest(cloud, 0.7, Method::CountingSort);
+    r.operation = Operation::NeighborCount;
+    r.neighborCount = counts.data();
+    engine.run(r);
+    for (std::int64_t i = 0; i < n; ++i)
+    {
+      ASSERT_GE(counts[i], ref.certain[i]) << "n = " << n << ", point " << i;
+      ASSERT_LE(counts[i], ref.certain[i] + ref.ambiguous[i]) << "n = " << n << ", point " << i;
+    }
+  }
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+  for (int i = 1; i < argc; ++i)
+  {
+    if (std::strcmp(argv[i], "--backend=cuda") == 0)
+    {
+      backendUnderTest = Backend::CUDA;
+    }
+  }
+  if (backendUnderTest == Backend::CUDA)
+  {
+    std::string why;
+    if (!Engine::cudaAvailable(&why))
+    {
+      std::cout << "SKIPPED: the CUDA backend is not usable here: " << why << "\n";
+      return 77;
+    }
+  }
+  std::cout << "Backend under test: " << toString(backendUnderTest) << "\n";
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
