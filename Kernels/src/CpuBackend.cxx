@@ -187,16 +187,16 @@ public:
           for (std::int64_t i = begin; i < end; ++i)
           {
             const Particle pi = particles[i];
-            auto acc = op.begin();
+            RegisterSums<Op> acc;
             for (std::int64_t j = 0; j < n; ++j)
             {
               const float r2 = squaredDistance(pi, particles[j]);
               if (r2 <= r2max)
               {
-                op.neighbor(acc, static_cast<int>(j), particles[j], r2);
+                acc.add(op, static_cast<int>(j), particles[j], r2);
               }
             }
-            op.finish(acc, static_cast<int>(i), static_cast<int>(i));
+            acc.finish(op, static_cast<int>(i), static_cast<int>(i));
           }
         });
     }
@@ -212,7 +212,7 @@ public:
             const Particle pi = particles[s];
             const int cx = grid.cellX(pi), cy = grid.cellY(pi), cz = grid.cellZ(pi);
             const int x0 = std::max(cx - 1, 0), x1 = std::min(cx + 1, grid.dimX - 1);
-            auto acc = op.begin();
+            RegisterSums<Op> acc;
             for (int z = std::max(cz - 1, 0); z <= std::min(cz + 1, grid.dimZ - 1); ++z)
             {
               for (int y = std::max(cy - 1, 0); y <= std::min(cy + 1, grid.dimY - 1); ++y)
@@ -225,12 +225,12 @@ public:
                   const float r2 = squaredDistance(pi, particles[j]);
                   if (r2 <= r2max)
                   {
-                    op.neighbor(acc, j, particles[j], r2);
+                    acc.add(op, j, particles[j], r2);
                   }
                 }
               }
             }
-            op.finish(acc, static_cast<int>(s), orderToInput[s]);
+            acc.finish(op, static_cast<int>(s), orderToInput[s]);
           }
         });
     }

@@ -119,7 +119,7 @@ __global__ void gridSearch(Grid grid, const Particle* __restrict__ particles, co
   }
   const Particle pi = particles[s];
   const int cx = grid.cellX(pi), cy = grid.cellY(pi), cz = grid.cellZ(pi);
-  auto acc = op.begin();
+  RegisterSums<Op> acc;
   for (int z = max(cz - 1, 0); z <= min(cz + 1, grid.dimZ - 1); ++z)
   {
     for (int y = max(cy - 1, 0); y <= min(cy + 1, grid.dimY - 1); ++y)
@@ -134,13 +134,13 @@ __global__ void gridSearch(Grid grid, const Particle* __restrict__ particles, co
           const float r2 = squaredDistance(pi, pj);
           if (r2 <= r2max)
           {
-            op.neighbor(acc, j, pj, r2);
+            acc.add(op, j, pj, r2);
           }
         }
       }
     }
   }
-  op.finish(acc, s, orderToInput[s]);
+  acc.finish(op, s, orderToInput[s]);
 }
 
 /// Every pair; particles in input order, tiles of the block size staged in shared memory.
@@ -151,7 +151,7 @@ __global__ void bruteForceSearch(const Particle* __restrict__ particles, int n, 
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   const bool active = i < n;
   const Particle pi = active ? particles[i] : Particle{ 0, 0, 0, 0 };
-  auto acc = op.begin();
+  RegisterSums<Op> acc;
   for (int base = 0; base < n; base += threadsPerBlock)
   {
     const int j = base + threadIdx.x;
@@ -168,7 +168,7 @@ __global__ void bruteForceSearch(const Particle* __restrict__ particles, int n, 
         const float r2 = squaredDistance(pi, tile[k]);
         if (r2 <= r2max)
         {
-          op.neighbor(acc, base + k, tile[k], r2);
+          acc.add(op, base + k, tile[k], r2);
         }
       }
     }
@@ -176,7 +176,7 @@ __global__ void bruteForceSearch(const Particle* __restrict__ particles, int n, 
   }
   if (active)
   {
-    op.finish(acc, i, i);
+    acc.finish(op, i, i);
   }
 }
 

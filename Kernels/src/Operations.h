@@ -1,6 +1,9 @@
 // The operations, each written once as a functor pair used by every backend and method (the
-// paper's neighbor iterator): neighbor() is called for every j with |x_i - x_j| <= R, i itself
-// included, and finish() once when all of i's neighbors are done.
+// paper's neighbor iterator): pair() gives the terms that neighbor j adds to i's sums, for every j
+// with |x_i - x_j| <= R, i itself included; finish() runs once when all of i's neighbors are done.
+// Sums live where the method keeps them: in registers (one thread per particle) or in shared
+// memory updated with atomics (FENNS, where many threads add to one particle), which is why an
+// operation states its terms instead of updating an accumulator itself.
 //
 // Index conventions: j is an index into the method's particle order (sorted for grid methods,
 // input order for brute force); finish() gets i's index in that order and in the input order.
@@ -17,94 +20,104 @@ namespace detail
 
 struct CountOperation
 {
+  using Value = std::int32_t; // an int: counts stay exact past 2^24
+  static constexpr int Terms = 1;
   std::int32_t* output = nullptr; // input order
 
-  using Accumulator = std::int32_t;
-  NG_HD Accumulator begin() const { return 0; }
-  NG_HD void neighbor(Accumulator& a, int /*j*/, const Particle& /*pj*/, float /*r2*/) const
+  NG_HD void pair(Value (&t)[Terms], int /*j*/, const Particle& /*pj*/, float /*r2*/) const { t[0] = 1; }
+  NG_HD void finish(const Value (&sum)[Terms], int /*i*/, int inputIndex) const
   {
-    ++a;
-  }
-  NG_HD void finish(const Accumulator& a, int /*i*/, int inputIndex) const
-  {
-    output[inputIndex] = a - 1; // the point itself is not its own neighbor
+    output[inputIndex] = sum[0] - 1; // the point itself is not its own neighbor
   }
 };
 
 /// rho_i = sum_j m_j W_ij; the mass is the particle's weight w.
 struct DensityOperation
 {
+  using Value = float;
+  static constexpr int Terms = 1;
   KernelParams kernel;
-  float* output = nullptr;       // input order, optional
+  float* output = nullptr;        // input order, optional
   float* orderedOutput = nullptr; // the method's order, optional (SPH smoothing reads it)
 
-  using Accumulator = float;
-  NG_HD Accumulator begin() const { return 0.0f; }
-  NG_HD void neighbor(Accumulator& a, int /*j*/, const Particle& pj, float r2) const
+  NG_HD void pair(Value (&t)[Terms], int /*j*/, const Particle& pj, float r2) const
   {
-    a += pj.w * kernelValueFromSquared(kernel, r2);
+    t[0] = pj.w * kernelValueFromSquared(kernel, r2);
   }
-  NG_HD void finish(const Accumulator& a, int i, int inputIndex) const
+  NG_HD void finish(const Value (&sum)[Terms], int i, int inputIndex) const
   {
     if (output)
     {
-      output[inputIndex] = a;
+      output[inputIndex] = sum[0];
     }
     if (orderedOutput)
     {
-      orderedOutput[i] = a;
+      orderedOutput[i] = sum[0];
     }
   }
 };
 
 /// Smooths Components consecutive components of one array. The particle weight w is 1 for
 /// Shepard normalization (divide by sum_j W_ij) and m_j / rho_j for SPH normalization.
+/// Terms: the weighted sum of each component, then sum_j W_ij.
 template <int Components>
 struct SmoothingOperation
 {
+  using Value = float;
+  static constexpr int Terms = Components + 1;
   KernelParams kernel;
   const float* values = nullptr; // the method's order, Components per point
   bool shepard = true;
-  float* output = nullptr;       // input order, outputStride per point
+  float* output = nullptr; // input order, outputStride per point
   int outputStride = Components;
   int firstComponent = 0;
 
-  struct Accumulator
-  {
-    float sum[Components];
-    float weight;
-  };
-  NG_HD Accumulator begin() const
-  {
-    Accumulator a;
-    for (int c = 0; c < Components; ++c)
-    {
-      a.sum[c] = 0.0f;
-    }
-    a.weight = 0.0f;
-    return a;
-  }
-  NG_HD void neighbor(Accumulator& a, int j, const Particle& pj, float r2) const
+  NG_HD void pair(Value (&t)[Terms], int j, const Particle& pj, float r2) const
   {
     const float w = kernelValueFromSquared(kernel, r2);
-    a.weight += w;
     const float f = w * pj.w;
     const float* v = values + static_cast<std::int64_t>(j) * Components;
     for (int c = 0; c < Components; ++c)
     {
-      a.sum[c] += f * v[c];
+      t[c] = f * v[c];
     }
+    t[Components] = w;
   }
-  NG_HD void finish(const Accumulator& a, int /*i*/, int inputIndex) const
+  NG_HD void finish(const Value (&sum)[Terms], int /*i*/, int inputIndex) const
   {
     // The sum includes j = i with W(0) > 0, so the Shepard weight is never zero.
-    const float scale = shepard ? 1.0f / a.weight : 1.0f;
+    const float scale = shepard ? 1.0f / sum[Components] : 1.0f;
     float* out = output + static_cast<std::int64_t>(inputIndex) * outputStride + firstComponent;
     for (int c = 0; c < Components; ++c)
     {
-      out[c] = a.sum[c] * scale;
+      out[c] = sum[c] * scale;
     }
   }
+};
+
+/// Sums in registers: one thread owns particle i and visits its neighbors.
+template <class Op>
+struct RegisterSums
+{
+  typename Op::Value sum[Op::Terms];
+
+  NG_HD RegisterSums()
+  {
+    for (int k = 0; k < Op::Terms; ++k)
+    {
+      sum[k] = 0;
+    }
+  }
+  NG_HD void add(const Op& op, int j, const Particle& pj, float r2)
+  {
+    typename Op::Value t[Op::Terms];
+    op.pair(t, j, pj, r2);
+    for (int k = 0; k < Op::Terms; ++k)
+    {
+      sum[k] += t[k];
+    }
+  }
+  NG_HD void finish(const Op& op, int i, int inputIndex) const { op.finish(sum, i, inputIndex); }
 };
 
 } // namespace detail
