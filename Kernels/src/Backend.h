@@ -52,7 +52,7 @@ struct Grid
   NG_HD int cellZ(const Particle& p) const { return axisCell(p.z, dimZ); }
   NG_HD int cellIndex(int x, int y, int z) const { return (z * dimY + y) * dimX + x; }
   NG_HD int cellOf(const Particle& p) const { return cellIndex(cellX(p), cellY(p), cellZ(p)); }
-  std::int64_t cellCount() const { return std::int64_t(dimX) * dimY * dimZ; }
+  NG_HD std::int64_t cellCount() const { return std::int64_t(dimX) * dimY * dimZ; }
   double cellSize() const { return 1.0 / inverseCellSize; }
 };
 
@@ -100,7 +100,7 @@ struct Problem
   double radius = 0.0;
   float radiusSquared = 0.0f;
   Operation operation = Operation::Density;
-  Method method = Method::CountingSort;
+  Method method = Method::Auto; // as requested; the backend resolves Auto and reports the choice
   KernelParams kernel;
   const float* mass = nullptr;
   float constantMass = 1.0f;

@@ -100,10 +100,13 @@ public:
     progressStep_ = 0;
     progressSteps_ = passCount(problem) + 1;
 
+    // Counting Sort is the CPU's fast method; Brute Force is there for validation.
+    method_ = problem.method == Method::BruteForce ? Method::BruteForce : Method::CountingSort;
+    report.method = method_;
     Timer timer;
     ordered_.resize(n);
     orderToInput_.clear();
-    if (problem.method == Method::BruteForce)
+    if (method_ == Method::BruteForce)
     {
       for (std::int64_t i = 0; i < n; ++i)
       {
@@ -180,7 +183,7 @@ public:
     const float r2max = problem_->radiusSquared;
     const Particle* particles = ordered_.data();
     const std::int64_t n = problem_->count;
-    if (problem_->method == Method::BruteForce)
+    if (method_ == Method::BruteForce)
     {
       parallelFor(threads_, n, 256, *problem_->progress, from, to, stage,
         [&](std::int64_t begin, std::int64_t end) {
@@ -292,6 +295,7 @@ private:
   }
 
   int threads_;
+  Method method_ = Method::CountingSort;
   const Problem* problem_ = nullptr;
   Report* report_ = nullptr;
   int progressStep_ = 0;

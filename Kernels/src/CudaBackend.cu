@@ -2,6 +2,9 @@
 //  - Counting Sort (Hoetzlein 2013): atomic cell counts with per-point offsets, an exclusive scan
 //    (CUB), a scatter into cell order, then one thread per particle over the 27 cells around it;
 //    results are written straight to input order.
+//  - Radix Sort (Green 2008/2012): (cell hash, index) pairs sorted with CUB's radix sort, cell
+//    start/end from the sorted hashes, reordered positions, the same 27-cell search.
+//  - FENNS (Groß et al. 2019): Fenns.cuh.
 //  - Brute Force: every pair, tiled through shared memory; for validation.
 // All device memory lives in DeviceBuffer members and is reused across calls.
 #include "Backend.h"
@@ -9,8 +12,12 @@
 #include "OperationPlan.h"
 #include "Timer.h"
 
+#include "Fenns.cuh"
+
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -62,6 +69,53 @@ __global__ void scatterToCells(const float* __restrict__ xyz, int n, const int* 
   orderToInput[s] = i;
 }
 
+// --- Radix sort (Green) -----------------------------------------------------------------------
+__global__ void hashCells(const float* __restrict__ xyz, int n, Grid grid, unsigned* __restrict__ hash,
+  int* __restrict__ index)
+{
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n)
+  {
+    hash[i] = static_cast<unsigned>(grid.cellOf(loadPoint(xyz, i)));
+    index[i] = i;
+  }
+}
+
+/// Cell start and end from the sorted hashes: a particle whose hash differs from its
+/// predecessor's starts a cell and ends the previous one. Empty cells keep start = end = 0.
+__global__ void findCellRanges(const unsigned* __restrict__ sortedHash, int n, int* __restrict__ cellStart,
+  int* __restrict__ cellEnd)
+{
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= n)
+  {
+    return;
+  }
+  const unsigned hash = sortedHash[s];
+  if (s == 0 || sortedHash[s - 1] != hash)
+  {
+    cellStart[hash] = s;
+    if (s > 0)
+    {
+      cellEnd[sortedHash[s - 1]] = s;
+    }
+  }
+  if (s == n - 1)
+  {
+    cellEnd[hash] = n;
+  }
+}
+
+__global__ void gatherParticles(const float* __restrict__ xyz, int n, const int* __restrict__ orderToInput,
+  Particle* __restrict__ ordered)
+{
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s < n)
+  {
+    ordered[s] = loadPoint(xyz, orderToInput[s]);
+  }
+}
+
 __global__ void makeParticles(const float* __restrict__ xyz, int n, Particle* __restrict__ particles)
 {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -110,7 +164,7 @@ __global__ void gatherKernel(const float* __restrict__ values, int components, i
 /// Hoetzlein's search: one thread per particle in cell order, 27 cell lookups.
 template <class Op>
 __global__ void gridSearch(Grid grid, const Particle* __restrict__ particles, const int* __restrict__ cellStart,
-  const int* __restrict__ orderToInput, int n, float r2max, Op op)
+  const int* __restrict__ cellEnd, const int* __restrict__ orderToInput, int n, float r2max, Op op)
 {
   const int s = blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= n)
@@ -127,7 +181,7 @@ __global__ void gridSearch(Grid grid, const Particle* __restrict__ particles, co
       for (int x = max(cx - 1, 0); x <= min(cx + 1, grid.dimX - 1); ++x)
       {
         const int cell = grid.cellIndex(x, y, z);
-        const int end = cellStart[cell + 1];
+        const int end = cellEnd[cell];
         for (int j = cellStart[cell]; j < end; ++j)
         {
           const Particle pj = particles[j];
@@ -234,6 +288,13 @@ public:
     NG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
     deviceName_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
     NG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    sharedMemoryPerBlock_ = static_cast<int>(prop.sharedMemPerBlockOptin);
+    multiprocessors_ = prop.multiProcessorCount;
+    // Benchmarking knob: average particles per FENNS coarse cell.
+    if (const char* target = std::getenv("NEIGHBORGRID_FENNS_TARGET"))
+    {
+      fennsTargetPerCell_ = std::max(1, std::atoi(target));
+    }
   }
   ~CudaBackend() override
   {
@@ -272,17 +333,27 @@ public:
     stage("upload", start, uploaded);
     progress(0.1, "upload");
 
-    if (problem.method == Method::BruteForce)
+    method_ = problem.method == Method::Auto ? chooseMethod(problem) : problem.method;
+    report.method = method_;
+    switch (method_)
     {
-      particles_ = inputOrderParticles_.ensure(n, "particles");
-      orderToInput_ = nullptr;
-      makeParticles<<<blocksFor(n), threadsPerBlock, 0, stream_>>>(xyz, n, particles_);
-      NG_CUDA_CHECK_LAUNCH("makeParticles");
-      report.extraDeviceBytes = inputOrderParticles_.bytes();
-    }
-    else
-    {
-      countingSort(xyz, n);
+      case Method::BruteForce:
+        particles_ = inputOrderParticles_.ensure(n, "particles");
+        orderToInput_ = nullptr;
+        makeParticles<<<blocksFor(n), threadsPerBlock, 0, stream_>>>(xyz, n, particles_);
+        NG_CUDA_CHECK_LAUNCH("makeParticles");
+        report.extraDeviceBytes = inputOrderParticles_.bytes();
+        break;
+      case Method::RadixSort:
+        radixSort(xyz, n);
+        break;
+      case Method::FENNS:
+        fennsSort(xyz, n);
+        break;
+      case Method::CountingSort:
+      default:
+        countingSort(xyz, n);
+        break;
     }
     stage("sort", uploaded, mark());
     progress(0.2, "sort");
@@ -331,14 +402,30 @@ public:
   {
     const int n = static_cast<int>(problem_->count);
     cudaEvent_t begin = mark();
-    if (problem_->method == Method::BruteForce)
+    switch (method_)
     {
-      bruteForceSearch<<<blocksFor(n), threadsPerBlock, 0, stream_>>>(particles_, n, problem_->radiusSquared, op);
-    }
-    else
-    {
-      gridSearch<<<blocksFor(n), threadsPerBlock, 0, stream_>>>(
-        grid_, particles_, cellStart_.get(), orderToInput_, n, problem_->radiusSquared, op);
+      case Method::BruteForce:
+        bruteForceSearch<<<blocksFor(n), threadsPerBlock, 0, stream_>>>(particles_, n, problem_->radiusSquared, op);
+        break;
+      case Method::FENNS:
+      {
+        const std::size_t bytes = FennsShared<Op>::bytes(fenns_.fineCells);
+        NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                        static_cast<int>(bytes)),
+          "raising the FENNS search's shared-memory limit");
+        fennsSearch<<<static_cast<int>(fenns_.coarse.cellCount()), fennsBlockSize, bytes, stream_>>>(
+          fenns_, particles_, cellStart_.get(), cellCount_.get(), orderToInput_, problem_->radiusSquared, op);
+        break;
+      }
+      case Method::RadixSort:
+        gridSearch<<<blocksFor(n), threadsPerBlock, 0, stream_>>>(
+          grid_, particles_, cellStart_.get(), cellCount_.get(), orderToInput_, n, problem_->radiusSquared, op);
+        break;
+      case Method::CountingSort:
+      default:
+        gridSearch<<<blocksFor(n), threadsPerBlock, 0, stream_>>>(
+          grid_, particles_, cellStart_.get(), cellStart_.get() + 1, orderToInput_, n, problem_->radiusSquared, op);
+        break;
     }
     NG_CUDA_CHECK_LAUNCH(stageName);
     stage(stageName, begin, mark());
@@ -412,6 +499,152 @@ public:
   }
 
 private:
+  /// Auto's rule (see chooseMethod's comment for the measurements behind it).
+  Method chooseMethod(const Problem& p) const
+  {
+    (void)p;
+    return Method::CountingSort;
+  }
+
+  /// Green: sort (cell hash, index) pairs, find cell ranges, gather positions in cell order.
+  void radixSort(const float* xyz, int n)
+  {
+    grid_ = makeGrid(problem_->extent, problem_->radius, std::max<std::int64_t>(2 * std::int64_t(n), 1 << 20));
+    const int cells = static_cast<int>(grid_.cellCount());
+    unsigned* hash = hash_.ensure(n, "cell hashes");
+    unsigned* sortedHash = sortedHash_.ensure(n, "sorted cell hashes");
+    int* index = index_.ensure(n, "particle indices");
+    orderToInput_ = orderToInputBuffer_.ensure(n, "cell order to input order");
+    int* cellStart = cellStart_.ensure(cells, "cell starts");
+    int* cellEnd = cellCount_.ensure(cells, "cell ends");
+    particles_ = ordered_.ensure(n, "particles (cell order)");
+
+    hashCells<<<blocksFor(n), threadsPerBlock, 0, stream_>>>(xyz, n, grid_, hash, index);
+    NG_CUDA_CHECK_LAUNCH("hashCells");
+    int bits = 1;
+    while (bits < 31 && (1u << bits) < static_cast<unsigned>(cells))
+    {
+      ++bits;
+    }
+    std::size_t scratchBytes = 0;
+    NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, scratchBytes, hash, sortedHash, index, orderToInput_, n,
+                    0, bits, stream_),
+      "sizing the radix sort");
+    void* scratch = scanScratch_.ensure(scratchBytes, "radix sort scratch");
+    NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch, scratchBytes, hash, sortedHash, index, orderToInput_, n,
+                    0, bits, stream_),
+      "radix-sorting cell hashes");
+    NG_CUDA_CHECK(cudaMemsetAsync(cellStart, 0, sizeof(int) * cells, stream_), "clearing cell starts");
+    NG_CUDA_CHECK(cudaMemsetAsync(cellEnd, 0, sizeof(int) * cells, stream_), "clearing cell ends");
+    findCellRanges<<<blocksFor(n), threadsPerBlock, 0, stream_>>>(sortedHash, n, cellStart, cellEnd);
+    NG_CUDA_CHECK_LAUNCH("findCellRanges");
+    gatherParticles<<<blocksFor(n), threadsPerBlock, 0, stream_>>>(xyz, n, orderToInput_, particles_);
+    NG_CUDA_CHECK_LAUNCH("gatherParticles");
+    report_->extraDeviceBytes = std::int64_t(sizeof(unsigned)) * 2 * n + std::int64_t(sizeof(int)) * 2 * n +
+      std::int64_t(sizeof(int)) * 2 * cells + std::int64_t(sizeof(Particle)) * n + std::int64_t(scratchBytes);
+  }
+
+  /// FENNS grid sizes from the radius, the point count and the device's shared memory:
+  ///  - coarse cells at least R (+ margin) wide, holding about fennsTargetPerCell particles on
+  ///    average, and at most as many cells as one block can hold counters for in shared memory
+  ///    (sort part 1 and 2 count per cell in shared memory);
+  ///  - fine cells at least R wide over the coarse cell widened by the border on each side, as
+  ///    many as fit in the shared memory left after the chunk (at most 32 per axis).
+  FennsGrid planFenns(const Problem& p, int n) const
+  {
+    const float* e = p.extent;
+    const double extentMax = std::max({ double(e[0]), double(e[1]), double(e[2]) });
+    // Cell assignment rounds at the scale of the coordinates: keep the border and the fine cells
+    // wider than R by that much, so a neighbor is never classed inner or two fine cells away.
+    const double slack = extentMax * std::ldexp(1.0, -20);
+    const double minCell = p.radius * cellMargin + slack;
+    const std::int64_t maxCells = std::max<std::int64_t>(1, sharedMemoryPerBlock_ / sizeof(int) - 64);
+    auto cellsFor = [&](double size) {
+      std::int64_t total = 1;
+      for (int a = 0; a < 3; ++a)
+      {
+        total *= static_cast<std::int64_t>(std::floor(double(e[a]) / size)) + 1;
+      }
+      return total;
+    };
+    const double wanted = std::max(1.0, double(n) / fennsTargetPerCell_);
+    double lo = minCell, hi = std::max(minCell, extentMax) * 2.0 + minCell;
+    if (cellsFor(lo) <= std::min<double>(wanted, double(maxCells)))
+    {
+      hi = lo;
+    }
+    for (int k = 0; k < 60 && hi > lo * (1.0 + 1e-6); ++k)
+    {
+      const double mid = 0.5 * (lo + hi);
+      (cellsFor(mid) <= std::min<double>(wanted, double(maxCells)) ? hi : lo) = mid;
+    }
+    FennsGrid g;
+    g.coarse = makeGrid(e, hi / cellMargin, maxCells);
+    g.coarseCellSize = static_cast<float>(g.coarse.cellSize());
+    g.border = static_cast<float>(p.radius * cellMargin + slack);
+    g.fineOffset = g.border;
+    const double span = double(g.coarseCellSize) + 2.0 * g.border;
+    int f = std::max(1, std::min(32, static_cast<int>(std::floor(span / minCell))));
+    // The largest operation (smoothing four components) must fit, with the chunk.
+    while (f > 1 && FennsShared<SmoothingOperation<maxComponentsPerPass>>::bytes(f * f * f) + 1024 >
+        static_cast<std::size_t>(sharedMemoryPerBlock_))
+    {
+      --f;
+    }
+    g.fineDim = f;
+    g.fineCells = f * f * f;
+    g.inverseFineCellSize = static_cast<float>(f / span);
+    return g;
+  }
+
+  /// FENNS sort parts 1 and 2 (Fenns.cuh). cellStart_ ends up holding each cell's start (cells + 1
+  /// entries, the last n) and cellCount_ each cell's inner start.
+  void fennsSort(const float* xyz, int n)
+  {
+    fenns_ = planFenns(*problem_, n);
+    const int cells = static_cast<int>(fenns_.coarse.cellCount());
+    int* counts = cellStart_.ensure(cells + 1, "coarse cell counts and starts");
+    int* innerStart = cellCount_.ensure(cells + 1, "coarse cell inner starts");
+    particles_ = ordered_.ensure(n, "particles (cell order)");
+    orderToInput_ = orderToInputBuffer_.ensure(n, "cell order to input order");
+    const std::size_t sharedBytes = sizeof(int) * cells;
+    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsCount, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes)),
+      "raising the FENNS count's shared-memory limit");
+    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsReorder, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes)),
+      "raising the FENNS reorder's shared-memory limit");
+    // A grid-stride loop over all particles with as many resident blocks as fit: each block
+    // flushes its shared counters once, so fewer, fuller blocks mean fewer global atomics.
+    int perSm = 0;
+    NG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, fennsReorder, 1024, sharedBytes),
+      "FENNS occupancy");
+    const int blocks = std::max(1, std::min(blocksFor(n) / 4 + 1, std::max(1, perSm) * multiprocessors_));
+
+    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int) * (cells + 1), stream_), "clearing coarse counts");
+    fennsCount<<<blocks, 1024, sharedBytes, stream_>>>(xyz, n, fenns_, counts);
+    NG_CUDA_CHECK_LAUNCH("fennsCount");
+    // Exclusive sums (border sections fill from each cell's start) and inclusive sums (inner
+    // sections fill from each cell's end), as in the paper.
+    std::size_t exclusiveBytes = 0, inclusiveBytes = 0;
+    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, exclusiveBytes, counts, innerStart, cells + 1, stream_),
+      "sizing the coarse scan");
+    NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, inclusiveBytes, counts, counts, cells + 1, stream_),
+      "sizing the coarse scan");
+    void* scratch = scanScratch_.ensure(std::max(exclusiveBytes, inclusiveBytes), "scan scratch");
+    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scratch, exclusiveBytes, counts, innerStart, cells + 1, stream_),
+      "exclusive scan of coarse counts");
+    NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(scratch, inclusiveBytes, counts, counts, cells + 1, stream_),
+      "inclusive scan of coarse counts");
+    int* borderCount = borderCount_.ensure(cells, "coarse cell border counts");
+    NG_CUDA_CHECK(cudaMemsetAsync(borderCount, 0, sizeof(int) * cells, stream_), "clearing border counts");
+    fennsReorder<<<blocks, 1024, sharedBytes, stream_>>>(
+      xyz, n, fenns_, counts, innerStart, borderCount, particles_, orderToInput_);
+    NG_CUDA_CHECK_LAUNCH("fennsReorder");
+    fennsCellStarts<<<blocksFor(cells), threadsPerBlock, 0, stream_>>>(cells, borderCount, counts);
+    NG_CUDA_CHECK_LAUNCH("fennsCellStarts");
+    report_->extraDeviceBytes = std::int64_t(sizeof(int)) * (3 * cells + 2) + std::int64_t(sizeof(Particle)) * n +
+      std::int64_t(sizeof(int)) * n + std::int64_t(std::max(exclusiveBytes, inclusiveBytes));
+  }
+
   void countingSort(const float* xyz, int n)
   {
     grid_ = makeGrid(problem_->extent, problem_->radius, std::max<std::int64_t>(2 * std::int64_t(n), 1 << 20));
@@ -522,6 +755,11 @@ private:
 
   int device_ = 0;
   std::string deviceName_;
+  int sharedMemoryPerBlock_ = 48 * 1024;
+  int multiprocessors_ = 1;
+  int fennsTargetPerCell_ = fennsBlockSize;
+  Method method_ = Method::CountingSort;
+  FennsGrid fenns_;
   cudaStream_t stream_ = nullptr;
   std::vector<cudaEvent_t> events_;
   std::size_t eventsUsed_ = 0;
@@ -545,7 +783,11 @@ private:
   DeviceBuffer<float> gathered_;
   DeviceBuffer<Particle> inputOrderParticles_;
   DeviceBuffer<Particle> ordered_;
-  DeviceBuffer<int> cellCount_;
+  DeviceBuffer<int> cellCount_; // counts (Counting Sort), cell ends (Radix Sort), inner starts (FENNS)
+  DeviceBuffer<int> borderCount_;
+  DeviceBuffer<unsigned> hash_;
+  DeviceBuffer<unsigned> sortedHash_;
+  DeviceBuffer<int> index_;
   DeviceBuffer<int> cellStart_;
   DeviceBuffer<int> cellOfPoint_;
   DeviceBuffer<int> offsetInCell_;

@@ -35,6 +35,10 @@ const char* toString(Method m)
       return "Counting Sort";
     case Method::BruteForce:
       return "Brute Force";
+    case Method::FENNS:
+      return "FENNS";
+    case Method::RadixSort:
+      return "Radix Sort";
   }
   return "?";
 }
@@ -127,7 +131,7 @@ void validate(const Request& r)
   }
   if (!validEnum(r.operation, Operation::Smoothing) || !validEnum(r.kernel, Kernel::WendlandC2) ||
     !validEnum(r.normalization, Normalization::SPH) || !validEnum(r.backend, Backend::CPU) ||
-    !validEnum(r.method, Method::BruteForce) ||
+    !validEnum(r.method, Method::RadixSort) ||
     !validEnum(r.points.type, ScalarType::Float64))
   {
     fail("an enumeration in the request has an invalid value");
@@ -333,6 +337,11 @@ Report Engine::run(const Request& request)
       }
     }
   }
+  if (backend == Backend::CPU && (request.method == Method::FENNS || request.method == Method::RadixSort))
+  {
+    fail(std::string("the method ") + toString(request.method) + " runs on the CUDA backend only (" +
+      report.backendReason + "); choose Counting Sort or Brute Force for the CPU");
+  }
   detail::BackendImplementation* implementation = nullptr;
   if (backend == Backend::CPU)
   {
@@ -353,9 +362,6 @@ Report Engine::run(const Request& request)
 #endif
   }
 
-  // Method: Counting Sort is the fastest available one.
-  const Method method = request.method == Method::Auto ? Method::CountingSort : request.method;
-
   const detail::ProgressReporter progress(request.progress);
   progress(0.0, "prepare");
   detail::Timer timer;
@@ -374,7 +380,7 @@ Report Engine::run(const Request& request)
   problem.radius = request.radius;
   problem.radiusSquared = static_cast<float>(request.radius * request.radius);
   problem.operation = request.operation;
-  problem.method = method;
+  problem.method = request.method; // the backend resolves Auto
   problem.kernel = detail::makeKernelParams(request.kernel, request.dimension, request.radius);
   problem.mass = request.mass;
   problem.constantMass = static_cast<float>(request.constantMass);
@@ -385,7 +391,6 @@ Report Engine::run(const Request& request)
   problem.progress = &progress;
   detail::addStage(report, "prepare", timer.milliseconds());
 
-  report.method = method;
   report.neighborPairs = -1;
   implementation->run(problem, report);
   report.backend = backend;

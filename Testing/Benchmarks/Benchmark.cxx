@@ -61,7 +61,7 @@ int main(int argc, char** argv)
   std::string table = "issue2";
   int runs = 21;
   Backend backend = Backend::Auto;
-  std::vector<Method> methods{ Method::CountingSort };
+  std::vector<Method> methods{ Method::CountingSort, Method::RadixSort, Method::FENNS, Method::Auto };
   for (int i = 1; i < argc; ++i)
   {
     const std::string a = argv[i];
@@ -76,6 +76,7 @@ int main(int argc, char** argv)
     else if (a == "--cpu")
     {
       backend = Backend::CPU;
+      methods = { Method::CountingSort };
     }
     else if (a == "--with-brute-force")
     {
@@ -133,6 +134,7 @@ int main(int argc, char** argv)
       r.neighborCount = counts.data();
       engine.run(r); // warm-up: allocations, module load
       std::vector<double> resident, endToEnd;
+      std::vector<std::vector<double>> perStage;
       Report report;
       for (int k = 0; k < runs; ++k)
       {
@@ -148,7 +150,19 @@ int main(int argc, char** argv)
         }
         resident.push_back(device);
         endToEnd.push_back(total);
+        perStage.resize(report.stages.size());
+        for (std::size_t k = 0; k < report.stages.size(); ++k)
+        {
+          perStage[k].push_back(report.stages[k].milliseconds);
+        }
       }
+      std::fprintf(stderr, "%s n=%lld R=%g %s:", s.table.c_str(), static_cast<long long>(s.n), s.radius,
+        toString(report.method));
+      for (std::size_t k = 0; k < report.stages.size(); ++k)
+      {
+        std::fprintf(stderr, " %s %.3f", report.stages[k].stage.c_str(), median(perStage[k]));
+      }
+      std::fprintf(stderr, "\n");
       std::printf("\"%s\",%s,%lld,%g,%g,%s,%s,%.4f,%lld,%.2f,%.4f\n", report.device.c_str(), s.table.c_str(),
         static_cast<long long>(s.n), s.scene, s.radius, toString(s.operation), toString(report.method),
         median(resident), static_cast<long long>(report.extraDeviceBytes), averageNeighbors, median(endToEnd));

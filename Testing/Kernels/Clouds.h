@@ -116,6 +116,22 @@ inline Cloud makeCloud(const std::string& kind, std::int64_t n, double box, std:
       }
     }
   }
+  else if (kind == "stacked")
+  {
+    // 40 distinct positions, each holding n / 40 points.
+    std::vector<double> positions(3 * 40);
+    for (auto& v : positions)
+    {
+      v = u(rng);
+    }
+    for (std::int64_t i = 0; i < n; ++i)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        c.xyz[3 * i + a] = positions[3 * (i % 40) + a];
+      }
+    }
+  }
   else if (kind == "planar")
   {
     c.dimension = 2;

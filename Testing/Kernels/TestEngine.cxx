@@ -79,6 +79,11 @@ Request baseRequest(const Cloud& c, double radius, Method method)
 std::vector<Method> methodsFor(const Scenario& s)
 {
   std::vector<Method> methods{ Method::CountingSort, Method::Auto };
+  if (backendUnderTest == Backend::CUDA)
+  {
+    methods.push_back(Method::FENNS);
+    methods.push_back(Method::RadixSort);
+  }
   // The CPU brute force is quadratic: keep CI fast.
   if (backendUnderTest == Backend::CUDA || s.count <= 5000)
   {
@@ -256,7 +261,9 @@ INSTANTIATE_TEST_SUITE_P(Clouds, EngineAccuracy,
     // Tiny radius: a grid of cells of size R would have 10^12 cells; most points have no neighbor.
     Scenario{ "uniform", 3000, 100.0, 0.01, true, 9 },
     // Radius larger than the whole cloud: everyone is everyone's neighbor.
-    Scenario{ "uniform", 400, 5.0, 50.0, true, 10 }),
+    Scenario{ "uniform", 400, 5.0, 50.0, true, 10 },
+    // 40 positions, 150 points each: cells far fuller than a FENNS chunk.
+    Scenario{ "stacked", 6000, 4.0, 0.6, true, 13 }),
   scenarioName);
 
 // --- Kernels integrate to one (as VTK's TestSPHKernels checks) ----------------------------------
@@ -381,6 +388,73 @@ TEST_F(EngineErrors, AbortFromProgressCallbackStopsTheRun)
   EXPECT_EQ(calls, 2);
 }
 
+TEST(EngineMethods, GpuOnlyMethodsOnTheCpuGiveAClearError)
+{
+  Cloud cloud = ngtest::makeCloud("uniform", 200, 3.0, 14);
+  std::vector<float> rho(200, -1.0f);
+  for (Method method : { Method::FENNS, Method::RadixSort })
+  {
+    Request r = baseRequest(cloud, 0.5, method);
+    r.backend = Backend::CPU;
+    r.density = rho.data();
+    Engine engine;
+    try
+    {
+      engine.run(r);
+      ADD_FAILURE() << toString(method) << " ran on the CPU";
+    }
+    catch (const Error& e)
+    {
+      EXPECT_NE(std::string(e.what()).find("CUDA backend only"), std::string::npos) << e.what();
+    }
+    for (float v : rho)
+    {
+      ASSERT_EQ(v, -1.0f);
+    }
+  }
+}
+
+// FENNS with very small coarse cells (most particles in border sections, many chunks of few
+// particles) and very large ones (many chunks per cell): the grid sizes must never change results.
+TEST(EngineMethods, FennsIsExactForAnyCoarseCellSize)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "FENNS runs on the CUDA backend only";
+  }
+  Cloud cloud = ngtest::makeCloud("clustered", 6000, 8.0, 15);
+  const double radius = 0.45;
+  Reference ref(cloud, radius);
+  const auto rhoRef = ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0);
+  for (const char* target : { "1", "40", "5000", "100000" })
+  {
+    SCOPED_TRACE(std::string("NEIGHBORGRID_FENNS_TARGET=") + target);
+    setenv("NEIGHBORGRID_FENNS_TARGET", target, 1);
+    Engine engine; // reads the knob when its CUDA backend starts
+    Request r = baseRequest(cloud, radius, Method::FENNS);
+    r.operation = Operation::NeighborCount;
+    std::vector<std::int32_t> counts(cloud.size(), -7);
+    r.neighborCount = counts.data();
+    engine.run(r);
+    for (std::int64_t i = 0; i < cloud.size(); ++i)
+    {
+      ASSERT_GE(counts[i], ref.certain[i]) << "point " << i;
+      ASSERT_LE(counts[i], ref.certain[i] + ref.ambiguous[i]) << "point " << i;
+    }
+    r.operation = Operation::Density;
+    r.kernel = Kernel::WendlandC2;
+    r.mass = cloud.mass.data();
+    std::vector<float> rho(cloud.size(), -1.0f);
+    r.density = rho.data();
+    engine.run(r);
+    for (std::int64_t i = 0; i < cloud.size(); ++i)
+    {
+      ASSERT_NEAR(rho[i], rhoRef[i], 1e-5 * rhoRef[i]) << "point " << i;
+    }
+  }
+  unsetenv("NEIGHBORGRID_FENNS_TARGET");
+}
+
 TEST(EngineReport, SaysWhatRanAndWhy)
 {
   Cloud cloud = ngtest::makeCloud("uniform", 1000, 5.0, 12);
@@ -390,7 +464,7 @@ TEST(EngineReport, SaysWhatRanAndWhy)
   r.density = rho.data();
   Engine engine;
   const Report report = engine.run(r);
-  EXPECT_EQ(report.method, Method::CountingSort);
+  EXPECT_NE(report.method, Method::Auto);
   EXPECT_FALSE(report.device.empty());
   EXPECT_NE(report.backendReason.find("Auto"), std::string::npos);
   std::string why;

@@ -44,9 +44,11 @@ enum class Backend
 
 enum class Method
 {
-  Auto,         // the fastest method known for the request (Report::method says which ran)
+  Auto,         // the fastest method for the request by a measured rule (Report::method says which)
   CountingSort, // uniform grid of cell size >= R, atomic/counting sort (Hoetzlein 2013), 27 cells
-  BruteForce    // every pair; for validation
+  BruteForce,   // every pair; for validation
+  FENNS,        // two-step shared-memory search (Groß, Köster, Krüger 2019); CUDA only
+  RadixSort     // cell hashes sorted with a radix sort (Green 2008/2012), 27 cells; CUDA only
 };
 
 enum class Operation
