@@ -4,6 +4,7 @@
 // point or per neighbor.
 #include "Backend.h"
 #include "OperationPlan.h"
+#include "Parallel.h"
 #include "Timer.h"
 
 #include <algorithm>
@@ -19,66 +20,6 @@ namespace detail
 {
 namespace
 {
-
-/// Runs body(begin, end) over [0, count) in slices on `threads` threads; the calling thread
-/// works too and is the only one that reports progress (the callback need not be thread-safe).
-template <class Body>
-void parallelFor(int threads, std::int64_t count, std::int64_t grain, const ProgressReporter& progress,
-  double progressFrom, double progressTo, const char* stage, const Body& body)
-{
-  std::atomic<std::int64_t> next{ 0 };
-  std::atomic<std::int64_t> done{ 0 };
-  std::atomic<bool> stop{ false };
-  auto work = [&](bool reporting) {
-    double lastReported = -1.0;
-    for (;;)
-    {
-      const std::int64_t begin = next.fetch_add(grain);
-      if (begin >= count || stop.load(std::memory_order_relaxed))
-      {
-        return;
-      }
-      const std::int64_t end = std::min(count, begin + grain);
-      body(begin, end);
-      const std::int64_t finished = done.fetch_add(end - begin) + (end - begin);
-      if (reporting)
-      {
-        const double fraction = double(finished) / double(count);
-        if (fraction - lastReported >= 0.01)
-        {
-          lastReported = fraction;
-          progress(progressFrom + (progressTo - progressFrom) * fraction, stage);
-        }
-      }
-    }
-  };
-  const int helpers =
-    static_cast<int>(std::max<std::int64_t>(0, std::min<std::int64_t>(threads, (count + grain - 1) / grain) - 1));
-  std::vector<std::thread> pool;
-  pool.reserve(helpers);
-  for (int t = 0; t < helpers; ++t)
-  {
-    pool.emplace_back(work, false);
-  }
-  std::exception_ptr failure;
-  try
-  {
-    work(true);
-  }
-  catch (...)
-  {
-    failure = std::current_exception();
-    stop = true;
-  }
-  for (auto& thread : pool)
-  {
-    thread.join();
-  }
-  if (failure)
-  {
-    std::rethrow_exception(failure);
-  }
-}
 
 class CpuBackend final : public BackendImplementation
 {
@@ -185,7 +126,7 @@ public:
     const std::int64_t n = problem_->count;
     if (method_ == Method::BruteForce)
     {
-      parallelFor(threads_, n, 256, *problem_->progress, from, to, stage,
+      parallelFor(threads_, n, 256, problem_->progress, from, to, stage,
         [&](std::int64_t begin, std::int64_t end) {
           for (std::int64_t i = begin; i < end; ++i)
           {
@@ -208,7 +149,7 @@ public:
       const Grid grid = grid_;
       const int* cellStart = cellStart_.data();
       const int* orderToInput = orderToInput_.data();
-      parallelFor(threads_, n, 2048, *problem_->progress, from, to, stage,
+      parallelFor(threads_, n, 2048, problem_->progress, from, to, stage,
         [&](std::int64_t begin, std::int64_t end) {
           for (std::int64_t s = begin; s < end; ++s)
           {

@@ -10,6 +10,7 @@
 #include "Backend.h"
 #include "CudaSupport.h"
 #include "OperationPlan.h"
+#include "Parallel.h"
 #include "Timer.h"
 
 #include "Fenns.cuh"
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace neighborgrid
@@ -483,7 +485,18 @@ public:
     offset = 0;
     for (const auto& d : downloads)
     {
-      std::memcpy(d.host, staging + offset, d.bytes);
+      // Pinned staging to the caller's pageable memory: a plain memcpy, split over threads.
+      const char* from = staging + offset;
+      char* to = static_cast<char*>(d.host);
+      parallelSlices(copyThreads_, static_cast<std::int64_t>(d.bytes / (1 << 20)) + 1,
+        [&](int, std::int64_t begin, std::int64_t end) {
+          const std::size_t first = std::size_t(begin) << 20;
+          const std::size_t last = std::min(d.bytes, std::size_t(end) << 20);
+          if (first < last)
+          {
+            std::memcpy(to + first, from + first, last - first);
+          }
+        });
       offset += d.bytes;
     }
     addStage(*report_, "copy to caller", copyTimer.milliseconds());
@@ -755,6 +768,7 @@ private:
 
   int device_ = 0;
   std::string deviceName_;
+  int copyThreads_ = static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
   int sharedMemoryPerBlock_ = 48 * 1024;
   int multiprocessors_ = 1;
   int fennsTargetPerCell_ = fennsBlockSize;

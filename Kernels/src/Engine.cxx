@@ -1,6 +1,7 @@
 // Engine: validates a request, converts coordinates to float relative to the bounds' minimum,
 // picks the backend and method, and hands the problem to the backend.
 #include "Backend.h"
+#include "Parallel.h"
 #include "Timer.h"
 
 #include <cmath>
@@ -182,39 +183,60 @@ void validate(const Request& r)
 }
 
 /// Bounds in double, then float coordinates relative to the minimum (so data far from the
-/// origin keeps its precision). Rejects non-finite coordinates, naming the point.
+/// origin keeps its precision). Rejects non-finite coordinates, naming the first such point.
+/// Both passes stream the array once each, split over threads.
 template <class T>
 void prepareCoordinates(const T* xyz, std::int64_t n, int threads, float* out, float extent[3])
 {
-  double lo[3], hi[3];
-  for (int a = 0; a < 3; ++a)
+  struct Partial
   {
-    lo[a] = std::numeric_limits<double>::infinity();
-    hi[a] = -std::numeric_limits<double>::infinity();
-  }
-  for (std::int64_t i = 0; i < n; ++i)
+    double lo[3] = { HUGE_VAL, HUGE_VAL, HUGE_VAL };
+    double hi[3] = { -HUGE_VAL, -HUGE_VAL, -HUGE_VAL };
+    std::int64_t firstBad = -1;
+  };
+  const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n / 32768)));
+  std::vector<Partial> partials(slices);
+  detail::parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
+    Partial& p = partials[slice];
+    for (std::int64_t i = begin; i < end; ++i)
+    {
+      const double x = xyz[3 * i], y = xyz[3 * i + 1], z = xyz[3 * i + 2];
+      if (!(std::isfinite(x) && std::isfinite(y) && std::isfinite(z)))
+      {
+        p.firstBad = i;
+        return;
+      }
+      p.lo[0] = std::min(p.lo[0], x);
+      p.hi[0] = std::max(p.hi[0], x);
+      p.lo[1] = std::min(p.lo[1], y);
+      p.hi[1] = std::max(p.hi[1], y);
+      p.lo[2] = std::min(p.lo[2], z);
+      p.hi[2] = std::max(p.hi[2], z);
+    }
+  });
+  double lo[3] = { HUGE_VAL, HUGE_VAL, HUGE_VAL }, hi[3] = { -HUGE_VAL, -HUGE_VAL, -HUGE_VAL };
+  for (const Partial& p : partials)
   {
+    if (p.firstBad >= 0)
+    {
+      const std::int64_t i = p.firstBad;
+      std::ostringstream s;
+      s << "point " << i << " has a non-finite coordinate (" << double(xyz[3 * i]) << ", "
+        << double(xyz[3 * i + 1]) << ", " << double(xyz[3 * i + 2]) << ")";
+      fail(s.str());
+    }
     for (int a = 0; a < 3; ++a)
     {
-      const double v = xyz[3 * i + a];
-      if (!std::isfinite(v))
-      {
-        std::ostringstream s;
-        s << "point " << i << " has a non-finite coordinate (" << double(xyz[3 * i]) << ", "
-          << double(xyz[3 * i + 1]) << ", " << double(xyz[3 * i + 2]) << ")";
-        fail(s.str());
-      }
-      lo[a] = std::min(lo[a], v);
-      hi[a] = std::max(hi[a], v);
+      lo[a] = std::min(lo[a], p.lo[a]);
+      hi[a] = std::max(hi[a], p.hi[a]);
     }
   }
   for (int a = 0; a < 3; ++a)
   {
-    extent[a] = static_cast<float>(hi[a] - lo[a]);
+    // Rounding can push a coordinate a hair past the float extent; keep the extent an upper bound.
+    extent[a] = std::nextafter(static_cast<float>(hi[a] - lo[a]), HUGE_VALF);
   }
-  // The conversion is a pure streaming pass: split it over threads.
-  const int workers = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n / 65536)));
-  auto convert = [&](std::int64_t begin, std::int64_t end) {
+  detail::parallelSlices(slices, n, [&](int, std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i)
     {
       for (int a = 0; a < 3; ++a)
@@ -222,23 +244,7 @@ void prepareCoordinates(const T* xyz, std::int64_t n, int threads, float* out, f
         out[3 * i + a] = static_cast<float>(double(xyz[3 * i + a]) - lo[a]);
       }
     }
-  };
-  std::vector<std::thread> pool;
-  const std::int64_t slice = (n + workers - 1) / workers;
-  for (int t = 1; t < workers; ++t)
-  {
-    pool.emplace_back(convert, t * slice, std::min(n, (t + 1) * slice));
-  }
-  convert(0, std::min(n, slice));
-  for (auto& thread : pool)
-  {
-    thread.join();
-  }
-  // Rounding can push a coordinate a hair past the float extent; keep the extent an upper bound.
-  for (int a = 0; a < 3; ++a)
-  {
-    extent[a] = std::nextafter(extent[a], std::numeric_limits<float>::infinity());
-  }
+  });
 }
 
 void checkMass(const float* mass, std::int64_t n)
