@@ -24,6 +24,14 @@
  * The work runs in the NeighborGrid engine (NeighborGrid/NeighborGrid.h): backend Auto uses a
  * CUDA GPU when one is usable and the CPU otherwise. The filter keeps its engine, so device
  * buffers are reused across updates.
+ *
+ * Errors (a radius that is not finite and > 0, a point set without points, a missing or
+ * non-numeric mass or smoothed array, a mass array of more than one component, no smoothed array
+ * for KERNEL_SMOOTHING, a non-finite coordinate or mass, an unusable CUDA backend) are reported
+ * with vtkErrorMacro, naming the array, the point or the block concerned; the output is then
+ * left empty and the execution fails. An empty block of a composite dataset is not an error: it
+ * is passed through with empty result arrays. An abort (AbortExecute) stops the engine at its
+ * next progress report and leaves the output empty, without an error.
  */
 #ifndef vtkPointNeighborhoodFilter_h
 #define vtkPointNeighborhoodFilter_h
@@ -100,7 +108,11 @@ public:
   ///@}
 
   ///@{
-  /// Constant mass used when no mass array is selected (input array 0), default 1.
+  /// Constant mass used when no mass array is selected, default 1. The mass array is input
+  /// array 0: SetInputArrayToProcess(0, 0, 0, vtkDataObject::FIELD_ASSOCIATION_POINTS, name), a
+  /// numeric point array of one component. No name, an empty name or "None" (ParaView's none
+  /// entry, unless a point array has that name) select no array; any other name that is not a
+  /// point array of the input is an error.
   vtkSetMacro(Mass, double);
   vtkGetMacro(Mass, double);
   ///@}

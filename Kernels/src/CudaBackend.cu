@@ -297,6 +297,11 @@ public:
     {
       fennsTargetPerCell_ = std::max(1, std::atoi(target));
     }
+    // Benchmarking knob: the paper's lookup direction (scatter with shared-memory atomics).
+    if (const char* variant = std::getenv("NEIGHBORGRID_FENNS_VARIANT"))
+    {
+      fennsScatter_ = std::string(variant) == "scatter";
+    }
   }
   ~CudaBackend() override
   {
@@ -410,15 +415,8 @@ public:
         bruteForceSearch<<<blocksFor(n), threadsPerBlock, 0, stream_>>>(particles_, n, problem_->radiusSquared, op);
         break;
       case Method::FENNS:
-      {
-        const std::size_t bytes = FennsShared<Op>::bytes(fenns_.fineCells);
-        NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                        static_cast<int>(bytes)),
-          "raising the FENNS search's shared-memory limit");
-        fennsSearch<<<static_cast<int>(fenns_.coarse.cellCount()), fennsBlockSize, bytes, stream_>>>(
-          fenns_, particles_, cellStart_.get(), cellCount_.get(), orderToInput_, problem_->radiusSquared, op);
+        launchFenns(op);
         break;
-      }
       case Method::RadixSort:
         gridSearch<<<blocksFor(n), threadsPerBlock, 0, stream_>>>(
           grid_, particles_, cellStart_.get(), cellCount_.get(), orderToInput_, n, problem_->radiusSquared, op);
@@ -512,6 +510,29 @@ public:
   }
 
 private:
+  template <class Op>
+  void launchFenns(const Op& op)
+  {
+    const int cells = static_cast<int>(fenns_.coarse.cellCount());
+    const float r2 = problem_->radiusSquared;
+    if (fennsScatter_)
+    {
+      const std::size_t bytes = fennsScatterSharedBytes<Op>(fenns_.fineCells);
+      NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearchScatter<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                      static_cast<int>(bytes)),
+        "raising the FENNS search's shared-memory limit");
+      fennsSearchScatter<<<cells, fennsScatterBlockSize, bytes, stream_>>>(
+        fenns_, particles_, cellStart_.get(), cellCount_.get(), orderToInput_, r2, op);
+      return;
+    }
+    const std::size_t bytes = fennsSharedBytes(fenns_.fineCells);
+    auto kernel = fennsSearch<Op, false, false>;
+    NG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+      "raising the FENNS search's shared-memory limit");
+    kernel<<<cells, fennsThreads, bytes, stream_>>>(
+      fenns_, particles_, cellStart_.get(), cellCount_.get(), orderToInput_, r2, op);
+  }
+
   /// Auto's rule (see chooseMethod's comment for the measurements behind it).
   Method chooseMethod(const Problem& p) const
   {
@@ -558,11 +579,13 @@ private:
   }
 
   /// FENNS grid sizes from the radius, the point count and the device's shared memory:
-  ///  - coarse cells at least R (+ margin) wide, holding about fennsTargetPerCell particles on
-  ///    average, and at most as many cells as one block can hold counters for in shared memory
-  ///    (sort part 1 and 2 count per cell in shared memory);
-  ///  - fine cells at least R wide over the coarse cell widened by the border on each side, as
-  ///    many as fit in the shared memory left after the chunk (at most 32 per axis).
+  ///  - coarse cells are a whole number k of fine cells wide, fine cells R (+ margin) wide, so the
+  ///    fine grid over a coarse cell widened by R on each side has exactly k + 2 cells per axis
+  ///    and a lookup of 27 fine cells tests as few candidates as a grid of cell size R;
+  ///  - k is the largest for which coarse cells hold at most fennsTargetPerCell_ particles on
+  ///    average (a chunk is fennsChunk = 1024: most cells then fit one chunk), and the grid has at
+  ///    most as many cells as a block can keep counters for in shared memory (sort parts 1, 2);
+  ///  - the fine grid has at most 32 cells per axis and must fit in shared memory.
   FennsGrid planFenns(const Problem& p, int n) const
   {
     const float* e = p.extent;
@@ -580,27 +603,26 @@ private:
       }
       return total;
     };
-    const double wanted = std::max(1.0, double(n) / fennsTargetPerCell_);
-    double lo = minCell, hi = std::max(minCell, extentMax) * 2.0 + minCell;
-    if (cellsFor(lo) <= std::min<double>(wanted, double(maxCells)))
+    int k = 1;
+    while (k < 30 && cellsFor((k + 1) * minCell) > 1 &&
+      double(n) / double(cellsFor((k + 1) * minCell)) <= fennsTargetPerCell_)
     {
-      hi = lo;
+      ++k;
     }
-    for (int k = 0; k < 60 && hi > lo * (1.0 + 1e-6); ++k)
+    double cell = k * minCell;
+    while (cellsFor(cell) > maxCells)
     {
-      const double mid = 0.5 * (lo + hi);
-      (cellsFor(mid) <= std::min<double>(wanted, double(maxCells)) ? hi : lo) = mid;
+      cell *= 1.05; // the shared-memory counters bound the coarse grid
     }
     FennsGrid g;
-    g.coarse = makeGrid(e, hi / cellMargin, maxCells);
+    g.coarse = makeGrid(e, cell / cellMargin, maxCells);
     g.coarseCellSize = static_cast<float>(g.coarse.cellSize());
-    g.border = static_cast<float>(p.radius * cellMargin + slack);
+    g.border = static_cast<float>(minCell);
     g.fineOffset = g.border;
-    const double span = double(g.coarseCellSize) + 2.0 * g.border;
-    int f = std::max(1, std::min(32, static_cast<int>(std::floor(span / minCell))));
-    // The largest operation (smoothing four components) must fit, with the chunk.
-    while (f > 1 && FennsShared<SmoothingOperation<maxComponentsPerPass>>::bytes(f * f * f) + 1024 >
-        static_cast<std::size_t>(sharedMemoryPerBlock_))
+    const double span = double(g.coarseCellSize) + 2.0 * double(g.border);
+    int f = std::max(1, std::min(32, static_cast<int>(std::floor(span / minCell + 1e-9))));
+    while (f > 1 && std::max(fennsSharedBytes(f * f * f), fennsScatterSharedBytes<SmoothingOperation<4>>(f * f * f)) +
+          4096 > static_cast<std::size_t>(sharedMemoryPerBlock_))
     {
       --f;
     }
@@ -771,7 +793,8 @@ private:
   int copyThreads_ = static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
   int sharedMemoryPerBlock_ = 48 * 1024;
   int multiprocessors_ = 1;
-  int fennsTargetPerCell_ = fennsBlockSize;
+  int fennsTargetPerCell_ = fennsChunk * 3 / 5;
+  bool fennsScatter_ = false;
   Method method_ = Method::CountingSort;
   FennsGrid fenns_;
   cudaStream_t stream_ = nullptr;

@@ -15,9 +15,8 @@ namespace neighborgrid
 namespace detail
 {
 
-/// Threads per FENNS search block. 16 warps: the 26 neighbor cells' border sections are shared
-/// out among them (two rounds) in the second stage.
-constexpr int fennsBlockSize = 512;
+/// Threads per block of the paper-direction (scatter) search variant.
+constexpr int fennsScatterBlockSize = 512;
 
 /// Geometry of both grids, chosen on the host at run time (see planFenns in CudaBackend.cu).
 struct FennsGrid
@@ -128,32 +127,33 @@ __global__ void fennsCellStarts(int cells, const int* __restrict__ borderCount, 
   }
 }
 
-/// Shared-memory layout of one search block (dynamic shared memory).
+/// Shared-memory bytes of one block of the scatter variant.
 template <class Op>
-struct FennsShared
+constexpr std::size_t fennsScatterSharedBytes(int fineCells)
 {
-  static constexpr std::size_t bytes(int fineCells)
-  {
-    return fennsBlockSize * (sizeof(Particle) + sizeof(int) + Op::Terms * sizeof(typename Op::Value)) +
-      (fineCells + 1) * sizeof(int);
-  }
-};
+  return fennsScatterBlockSize * (sizeof(Particle) + sizeof(int) + Op::Terms * sizeof(typename Op::Value)) +
+    (fineCells + 1) * sizeof(int);
+}
 
-/// The search (Algorithms 3 and 4): one block per coarse cell. cellStart has cells + 1 entries
-/// (the last is n); innerStart marks the end of each cell's border section.
+/// The search exactly as the paper's Algorithms 3 and 4 direct it: one block per coarse cell;
+/// every streamed particle (the whole cell, then the 26 neighbors' border sections, one warp per
+/// cell) looks up the chunk's fine grid and adds itself to the chunk particles within R through
+/// shared-memory atomics. Kept as a variant for the benchmark (NEIGHBORGRID_FENNS_VARIANT=scatter):
+/// on the H100 its lanes diverge (ncu: 5.7 of 32 threads active), see fennsSearch below.
+/// cellStart has cells + 1 entries (the last is n); innerStart ends each cell's border section.
 template <class Op>
-__global__ void __launch_bounds__(fennsBlockSize) fennsSearch(FennsGrid g, const Particle* __restrict__ ordered,
+__global__ void __launch_bounds__(fennsScatterBlockSize) fennsSearchScatter(FennsGrid g, const Particle* __restrict__ ordered,
   const int* __restrict__ cellStart, const int* __restrict__ innerStart, const int* __restrict__ orderToInput,
   float r2max, Op op)
 {
   using Value = typename Op::Value;
-  using BlockScan = cub::BlockScan<int, fennsBlockSize>;
+  using BlockScan = cub::BlockScan<int, fennsScatterBlockSize>;
   __shared__ typename BlockScan::TempStorage scanStorage;
   extern __shared__ __align__(16) unsigned char sharedBytes[];
   Particle* chunk = reinterpret_cast<Particle*>(sharedBytes);
-  int* chunkOrder = reinterpret_cast<int*>(chunk + fennsBlockSize);
-  Value* sums = reinterpret_cast<Value*>(chunkOrder + fennsBlockSize);
-  int* fineStart = reinterpret_cast<int*>(sums + fennsBlockSize * Op::Terms);
+  int* chunkOrder = reinterpret_cast<int*>(chunk + fennsScatterBlockSize);
+  Value* sums = reinterpret_cast<Value*>(chunkOrder + fennsScatterBlockSize);
+  int* fineStart = reinterpret_cast<int*>(sums + fennsScatterBlockSize * Op::Terms);
 
   const int cell = blockIdx.x;
   const int cellBegin = cellStart[cell];
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(fennsBlockSize) fennsSearch(FennsGrid g, const
   };
 
   // Chunks of the block size; every thread runs every iteration so barriers stay uniform.
-  for (int base = cellBegin; base < cellEnd; base += fennsBlockSize)
+  for (int base = cellBegin; base < cellEnd; base += fennsScatterBlockSize)
   {
     const int i = base + static_cast<int>(threadIdx.x);
     const bool valid = i < cellEnd;
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(fennsBlockSize) fennsSearch(FennsGrid g, const
       const int fz = min(max(g.fineAxis(p.z - oz), 0), f - 1);
       fine = (fz * f + fy) * f + fx;
     }
-    for (int k = threadIdx.x; k < fineEntries; k += fennsBlockSize)
+    for (int k = threadIdx.x; k < fineEntries; k += fennsScatterBlockSize)
     {
       fineStart[k] = 0;
     }
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(fennsBlockSize) fennsSearch(FennsGrid g, const
     __syncthreads();
     // Block-wide exclusive scan of the fine-cell counts: each thread owns a contiguous run.
     {
-      const int perThread = (fineEntries + fennsBlockSize - 1) / fennsBlockSize;
+      const int perThread = (fineEntries + fennsScatterBlockSize - 1) / fennsScatterBlockSize;
       const int first = threadIdx.x * perThread;
       int runTotal = 0;
       for (int k = first; k < min(first + perThread, fineEntries); ++k)
@@ -255,13 +255,13 @@ __global__ void __launch_bounds__(fennsBlockSize) fennsSearch(FennsGrid g, const
     __syncthreads();
 
     // Stage 1: every particle of this coarse cell against the chunk, through the fine grid.
-    for (int j = cellBegin + static_cast<int>(threadIdx.x); j < cellEnd; j += fennsBlockSize)
+    for (int j = cellBegin + static_cast<int>(threadIdx.x); j < cellEnd; j += fennsScatterBlockSize)
     {
       visit(j, ordered[j]);
     }
     // Stage 2: the border sections of the 26 neighboring coarse cells, one warp per cell.
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int w = warp; w < 27; w += fennsBlockSize / 32)
+    for (int w = warp; w < 27; w += fennsScatterBlockSize / 32)
     {
       if (w == 13)
       {
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(fennsBlockSize) fennsSearch(FennsGrid g, const
     }
     __syncthreads();
     // Finish once per particle of the chunk.
-    const int chunkSize = min(fennsBlockSize, cellEnd - base);
+    const int chunkSize = min(fennsScatterBlockSize, cellEnd - base);
     if (static_cast<int>(threadIdx.x) < chunkSize)
     {
       const int slot = threadIdx.x;
@@ -292,6 +292,380 @@ __global__ void __launch_bounds__(fennsBlockSize) fennsSearch(FennsGrid g, const
       }
       const int s = chunkOrder[slot];
       op.finish(sum, s, orderToInput[s]);
+    }
+    __syncthreads();
+  }
+}
+
+// --- The search, H100 form ---------------------------------------------------------------------
+// Same structure as the paper: one block per coarse cell; chunks of the cell's particles are loaded
+// and binned into a fine grid (atomic counts, a block prefix sum, a local reorder) in shared
+// memory; in-cell neighbors are found through that fine grid; the 26 neighbors' border sections
+// are scanned one warp per cell; barriers stay uniform; finish() runs once per particle.
+// One thing is turned around to suit a GPU with 227 KB of shared memory per block: the particles
+// that the paper streams past the chunk (the rest of the cell, the in-range border particles) are
+// binned into a second fine grid in shared memory, and every chunk particle looks up its 27 fine
+// cells there. Lanes then own consecutive particles of one fine cell, walk the same cells and stay
+// converged, and sums stay in registers, with no atomics.
+
+constexpr int fennsThreads = 256;
+constexpr int fennsWarps = fennsThreads / 32;
+constexpr int fennsPerThread = 4;                           // chunk particles each thread owns
+constexpr int fennsChunk = fennsThreads * fennsPerThread;   // particles per chunk
+constexpr int fennsBatch = fennsChunk;                      // neighbors binned per round
+constexpr int fennsWarpQuota = fennsBatch / fennsWarps;     // staging slots per warp and round
+
+/// Dynamic shared memory of one search block: staging and binned batch (positions and indices),
+/// and the fine grid's cell starts.
+inline std::size_t fennsSharedBytes(int fineCells)
+{
+  return 2 * fennsBatch * (sizeof(Particle) + sizeof(int)) + (fineCells + 1) * sizeof(int);
+}
+
+__device__ __forceinline__ int fineClamped(const FennsGrid& g, float local)
+{
+  return min(max(g.fineAxis(local), 0), g.fineDim - 1);
+}
+
+/// Block-wide exclusive scan of data[0, count) in place.
+template <int Threads>
+__device__ void blockExclusiveScan(int* data, int count, typename cub::BlockScan<int, Threads>::TempStorage& storage)
+{
+  const int perThread = (count + Threads - 1) / Threads;
+  const int first = static_cast<int>(threadIdx.x) * perThread;
+  const int last = min(first + perThread, count);
+  int total = 0;
+  for (int k = first; k < last; ++k)
+  {
+    total += data[k];
+  }
+  int start = 0;
+  cub::BlockScan<int, Threads>(storage).ExclusiveSum(total, start);
+  __syncthreads();
+  for (int k = first; k < last; ++k)
+  {
+    const int value = data[k];
+    data[k] = start;
+    start += value;
+  }
+}
+
+struct FennsBlockState
+{
+  Particle* stageP;
+  int* stageJ;
+  Particle* batchP;
+  int* batchJ;
+  int* fineStart;
+  int* warpCount;
+  float ox, oy, oz;
+};
+
+/// Bins the staged particles (per-warp runs of warpCount[w] in slots w * quota ...) into the fine
+/// grid: batchP/batchJ in fine-cell order, fineStart the exclusive starts.
+__device__ void binBatch(const FennsGrid& g, const FennsBlockState& s,
+  cub::BlockScan<int, fennsThreads>::TempStorage& scanStorage)
+{
+  const int entries = g.fineCells + 1;
+  for (int k = threadIdx.x; k < entries; k += fennsThreads)
+  {
+    s.fineStart[k] = 0;
+  }
+  __syncthreads();
+  constexpr int itemsPerThread = fennsBatch / fennsThreads;
+  int cell[itemsPerThread], offset[itemsPerThread];
+#pragma unroll
+  for (int i = 0; i < itemsPerThread; ++i)
+  {
+    const int q = threadIdx.x + i * fennsThreads;
+    cell[i] = -1;
+    if (q % fennsWarpQuota < s.warpCount[q / fennsWarpQuota])
+    {
+      const Particle p = s.stageP[q];
+      cell[i] = (fineClamped(g, p.z - s.oz) * g.fineDim + fineClamped(g, p.y - s.oy)) * g.fineDim +
+        fineClamped(g, p.x - s.ox);
+      offset[i] = atomicAdd(s.fineStart + cell[i], 1);
+    }
+  }
+  __syncthreads();
+  blockExclusiveScan<fennsThreads>(s.fineStart, entries, scanStorage);
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < itemsPerThread; ++i)
+  {
+    if (cell[i] >= 0)
+    {
+      const int q = threadIdx.x + i * fennsThreads;
+      const int slot = s.fineStart[cell[i]] + offset[i];
+      s.batchP[slot] = s.stageP[q];
+      s.batchJ[slot] = s.stageJ[q];
+    }
+  }
+  __syncthreads();
+}
+
+/// Stages particles [begin, end) of the ordered array (at most a chunk) and bins them.
+__device__ void binRange(const FennsGrid& g, const FennsBlockState& s, const Particle* __restrict__ ordered,
+  int begin, int end, cub::BlockScan<int, fennsThreads>::TempStorage& scanStorage)
+{
+  const int count = end - begin;
+  if (threadIdx.x < fennsWarps)
+  {
+    s.warpCount[threadIdx.x] = min(max(count - static_cast<int>(threadIdx.x) * fennsWarpQuota, 0), fennsWarpQuota);
+  }
+  for (int q = threadIdx.x; q < count; q += fennsThreads)
+  {
+    s.stageP[q] = ordered[begin + q];
+    s.stageJ[q] = begin + q;
+  }
+  __syncthreads();
+  binBatch(g, s, scanStorage);
+}
+
+/// Every owned particle against the binned batch, through the 27 fine cells around it (or 9 runs
+/// of three cells, consecutive in memory, with MergedLookups).
+template <class Op, bool MergedLookups>
+__device__ __forceinline__ void gatherBatch(const FennsGrid& g, const FennsBlockState& s, const Particle (&mine)[fennsPerThread],
+  const bool (&owned)[fennsPerThread], RegisterSums<Op> (&sums)[fennsPerThread], float r2max, const Op& op)
+{
+  const int f = g.fineDim;
+#pragma unroll
+  for (int i = 0; i < fennsPerThread; ++i)
+  {
+    if (!owned[i])
+    {
+      continue;
+    }
+    const Particle p = mine[i];
+    const int fx = fineClamped(g, p.x - s.ox), fy = fineClamped(g, p.y - s.oy), fz = fineClamped(g, p.z - s.oz);
+    const int x0 = max(fx - 1, 0), x1 = min(fx + 1, f - 1);
+    for (int z = max(fz - 1, 0); z <= min(fz + 1, f - 1); ++z)
+    {
+      for (int y = max(fy - 1, 0); y <= min(fy + 1, f - 1); ++y)
+      {
+        const int row = (z * f + y) * f;
+        if (MergedLookups)
+        {
+          const int end = s.fineStart[row + x1 + 1];
+          for (int k = s.fineStart[row + x0]; k < end; ++k)
+          {
+            const Particle q = s.batchP[k];
+            const float r2 = squaredDistance(p, q);
+            if (r2 <= r2max)
+            {
+              sums[i].add(op, s.batchJ[k], q, r2);
+            }
+          }
+        }
+        else
+        {
+          for (int x = x0; x <= x1; ++x)
+          {
+            const int end = s.fineStart[row + x + 1];
+            for (int k = s.fineStart[row + x]; k < end; ++k)
+            {
+              const Particle q = s.batchP[k];
+              const float r2 = squaredDistance(p, q);
+              if (r2 <= r2max)
+              {
+                sums[i].add(op, s.batchJ[k], q, r2);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+/// The FENNS search. BalancedWarps: instead of one warp per neighbor cell, the 26 border sections
+/// are cut into runs of 32 particles dealt out to all warps in turn (every warp gets the same
+/// share, whatever the cells hold; used by CLAWS).
+template <class Op, bool MergedLookups, bool BalancedWarps>
+__global__ void __launch_bounds__(fennsThreads) fennsSearch(FennsGrid g, const Particle* __restrict__ ordered,
+  const int* __restrict__ cellStart, const int* __restrict__ innerStart, const int* __restrict__ orderToInput,
+  float r2max, Op op)
+{
+  __shared__ typename cub::BlockScan<int, fennsThreads>::TempStorage scanStorage;
+  __shared__ int warpCount[fennsWarps];
+  __shared__ int rangeStart[26];
+  __shared__ int rangeLength[26];
+  __shared__ int rangePrefix[27];
+  extern __shared__ __align__(16) unsigned char sharedBytes[];
+
+  const int cell = blockIdx.x;
+  const int cellBegin = cellStart[cell];
+  const int cellEnd = cellStart[cell + 1];
+  if (cellBegin == cellEnd)
+  {
+    return; // uniform across the block
+  }
+  const int dimX = g.coarse.dimX, dimY = g.coarse.dimY, dimZ = g.coarse.dimZ;
+  const int cx = cell % dimX, cy = (cell / dimX) % dimY, cz = cell / (dimX * dimY);
+  FennsBlockState s;
+  s.stageP = reinterpret_cast<Particle*>(sharedBytes);
+  s.batchP = s.stageP + fennsBatch;
+  s.stageJ = reinterpret_cast<int*>(s.batchP + fennsBatch);
+  s.batchJ = s.stageJ + fennsBatch;
+  s.fineStart = s.batchJ + fennsBatch;
+  s.warpCount = warpCount;
+  s.ox = g.cellOrigin(cx);
+  s.oy = g.cellOrigin(cy);
+  s.oz = g.cellOrigin(cz);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int f = g.fineDim;
+
+  // The border sections of the 26 neighbors (empty outside the grid).
+  if (threadIdx.x < 26)
+  {
+    const int w = threadIdx.x < 13 ? threadIdx.x : threadIdx.x + 1; // skip the cell itself
+    const int nx = cx + w % 3 - 1, ny = cy + (w / 3) % 3 - 1, nz = cz + w / 9 - 1;
+    int start = 0, length = 0;
+    if (nx >= 0 && ny >= 0 && nz >= 0 && nx < dimX && ny < dimY && nz < dimZ)
+    {
+      const int neighbor = (nz * dimY + ny) * dimX + nx;
+      start = cellStart[neighbor];
+      length = innerStart[neighbor] - start;
+    }
+    rangeStart[threadIdx.x] = start;
+    rangeLength[threadIdx.x] = length;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+  {
+    int total = 0;
+    for (int r = 0; r < 26; ++r)
+    {
+      rangePrefix[r] = total;
+      total += rangeLength[r];
+    }
+    rangePrefix[26] = total;
+  }
+  __syncthreads();
+
+  for (int base = cellBegin; base < cellEnd; base += fennsChunk)
+  {
+    const int chunkEnd = min(base + fennsChunk, cellEnd);
+    // The chunk, binned; each thread takes consecutive particles of the fine-cell order.
+    binRange(g, s, ordered, base, chunkEnd, scanStorage);
+    Particle mine[fennsPerThread];
+    int mineJ[fennsPerThread];
+    bool owned[fennsPerThread];
+    RegisterSums<Op> sums[fennsPerThread];
+#pragma unroll
+    for (int i = 0; i < fennsPerThread; ++i)
+    {
+      const int slot = threadIdx.x + i * fennsThreads;
+      owned[i] = slot < chunkEnd - base;
+      mine[i] = owned[i] ? s.batchP[slot] : Particle{ 0, 0, 0, 0 };
+      mineJ[i] = owned[i] ? s.batchJ[slot] : 0;
+    }
+    // Stage 1: the cell's own particles, chunk by chunk (this chunk first: it is binned already).
+    gatherBatch<Op, MergedLookups>(g, s, mine, owned, sums, r2max, op);
+    for (int other = cellBegin; other < cellEnd; other += fennsChunk)
+    {
+      if (other == base)
+      {
+        continue;
+      }
+      __syncthreads();
+      binRange(g, s, ordered, other, min(other + fennsChunk, cellEnd), scanStorage);
+      gatherBatch<Op, MergedLookups>(g, s, mine, owned, sums, r2max, op);
+    }
+
+    // Stage 2: border particles of the neighbors that reach into the fine grid, in rounds of at
+    // most one batch. Each warp stages into its own slots, compacting with a ballot.
+    int range = warp, position = 0;  // one warp per neighbor cell
+    int run = warp;                  // balanced: the next run of 32 in the concatenated sections
+    const int total = rangePrefix[26];
+    for (;;)
+    {
+      int appended = 0;
+      for (;;)
+      {
+        int j = -1;
+        bool more;
+        if (BalancedWarps)
+        {
+          more = run * 32 < total && appended + 32 <= fennsWarpQuota;
+          if (!more)
+          {
+            break;
+          }
+          const int item = run * 32 + lane;
+          if (item < total)
+          {
+            int r = 0;
+            while (rangePrefix[r + 1] <= item)
+            {
+              ++r;
+            }
+            j = rangeStart[r] + (item - rangePrefix[r]);
+          }
+          run += fennsWarps;
+        }
+        else
+        {
+          while (range < 26 && position >= rangeLength[range])
+          {
+            range += fennsWarps;
+            position = 0;
+          }
+          more = range < 26 && appended + 32 <= fennsWarpQuota;
+          if (!more)
+          {
+            break;
+          }
+          if (position + lane < rangeLength[range])
+          {
+            j = rangeStart[range] + position + lane;
+          }
+          position += 32;
+        }
+        bool inRange = false;
+        Particle p{ 0, 0, 0, 0 };
+        if (j >= 0)
+        {
+          p = ordered[j];
+          const int fx = g.fineAxis(p.x - s.ox), fy = g.fineAxis(p.y - s.oy), fz = g.fineAxis(p.z - s.oz);
+          inRange = fx >= 0 && fy >= 0 && fz >= 0 && fx < f && fy < f && fz < f;
+        }
+        const unsigned mask = __ballot_sync(0xffffffffu, inRange);
+        if (inRange)
+        {
+          const int slot = warp * fennsWarpQuota + appended + __popc(mask & ((1u << lane) - 1u));
+          s.stageP[slot] = p;
+          s.stageJ[slot] = j;
+        }
+        appended += __popc(mask);
+      }
+      if (lane == 0)
+      {
+        warpCount[warp] = appended;
+      }
+      while (!BalancedWarps && range < 26 && position >= rangeLength[range])
+      {
+        range += fennsWarps;
+        position = 0;
+      }
+      const bool remaining = BalancedWarps ? run * 32 < total : range < 26;
+      const bool anyRemaining = __syncthreads_or(remaining);
+      binBatch(g, s, scanStorage);
+      gatherBatch<Op, MergedLookups>(g, s, mine, owned, sums, r2max, op);
+      __syncthreads();
+      if (!anyRemaining)
+      {
+        break;
+      }
+    }
+
+#pragma unroll
+    for (int i = 0; i < fennsPerThread; ++i)
+    {
+      if (owned[i])
+      {
+        sums[i].finish(op, mineJ[i], orderToInput[mineJ[i]]);
+      }
     }
     __syncthreads();
   }

@@ -100,8 +100,9 @@ struct SmoothedArray
   std::string name; // used in error messages only
 };
 
-/// Called between stages and between slices of work: fraction in [0, 1] and the stage name.
-/// Return false to abort; run() then throws neighborgrid::Aborted and writes nothing further.
+/// Called between stages and between slices of work, always on the thread that called run():
+/// fraction in [0, 1] and the stage name. Return false to abort; run() then throws
+/// neighborgrid::Aborted (outputs may then hold partial results).
 using ProgressCallback = std::function<bool(double fraction, const char* stage)>;
 
 struct Request

@@ -1,0 +1,783 @@
+// vtkPointNeighborhoodFilter: hands the points and arrays of a vtkPointSet to the NeighborGrid
+// engine and writes its results back as point arrays.
+//
+// Behaviour worth knowing (DESIGN.md has the conventions and formulas):
+// - The input is never modified: the output is a shallow copy of it with new arrays added, and its
+//   field data is a new container (the input's field-data arrays are shared, not its container).
+// - On an error the filter reports it with vtkErrorMacro, leaves its output EMPTY (Initialize()),
+//   and returns 0. An empty output rather than an unmodified pass-through, so that neither a view
+//   nor a script can mistake a failed run for a successful one.
+// - A point set with zero points is an error, except for a block of a composite dataset: an empty
+//   block is passed through with empty (zero-tuple) result arrays, so that every block carries the
+//   same arrays and one empty block does not flag the whole composite as failed.
+// - Composite datasets run through the composite pipeline, block by block. The filter watches its
+//   own Start/End events to know whether a RequestData() call is one block of a composite
+//   execution (the executive swaps the composite input for the block and says so nowhere else).
+// - An abort (AbortExecute, or an upstream abort through CheckAbort where VTK has it) stops the
+//   engine at its next progress report; the output is left empty and RequestData() returns 1, as
+//   VTK filters do when they are aborted (an abort is not an error).
+#include "vtkPointNeighborhoodFilter.h"
+
+#include "vtkAOSDataArrayTemplate.h"
+#include "vtkArrayDispatch.h"
+#include "vtkCallbackCommand.h"
+#include "vtkCommand.h"
+#include "vtkCompositeDataIterator.h"
+#include "vtkCompositeDataSet.h"
+#include "vtkDataArray.h"
+#include "vtkDataArrayRange.h"
+#include "vtkDataObject.h"
+#include "vtkDataSetAttributes.h"
+#include "vtkFieldData.h"
+#include "vtkFloatArray.h"
+#include "vtkInformation.h"
+#include "vtkInformationVector.h"
+#include "vtkIntArray.h"
+#include "vtkNew.h"
+#include "vtkObjectFactory.h"
+#include "vtkPointData.h"
+#include "vtkPointSet.h"
+#include "vtkPoints.h"
+#include "vtkSmartPointer.h"
+#include "vtkStringArray.h"
+#include "vtkWeakPointer.h"
+
+#include <NeighborGrid/NeighborGrid.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+vtkStandardNewMacro(vtkPointNeighborhoodFilter);
+
+namespace
+{
+
+/// Name of the field-data string array that describes the run.
+constexpr const char* InfoArrayName = "NeighborGridInfo";
+
+static_assert(sizeof(int) == sizeof(std::int32_t), "vtkIntArray must hold the engine's int32 counts");
+
+/// vtkArrayDispatch worker: copies every value of a numeric array (tuple after tuple, components
+/// interleaved as in VTK) to a buffer of OutT.
+template <typename OutT>
+struct CopyValuesWorker
+{
+  template <typename ArrayT>
+  void operator()(ArrayT* array, OutT* out) const
+  {
+    const auto values = vtk::DataArrayValueRange(array);
+    std::transform(
+      values.cbegin(), values.cend(), out, [](auto value) { return static_cast<OutT>(value); });
+  }
+};
+
+/// Converts any vtkDataArray to OutT. The common array types get a fast path through the
+/// dispatcher; anything else (vtkBitArray, implicit or custom arrays) goes through vtkDataArray's
+/// generic API.
+template <typename OutT>
+void CopyValues(vtkDataArray* array, OutT* out)
+{
+  CopyValuesWorker<OutT> worker;
+  if (!vtkArrayDispatch::Dispatch::Execute(array, worker, out))
+  {
+    worker(array, out);
+  }
+}
+
+/// The contiguous float storage of `array` when it already is one (then the engine reads VTK's
+/// memory directly), otherwise a float copy of it in `scratch`.
+const float* FloatValues(vtkDataArray* array, std::vector<float>& scratch)
+{
+  if (auto* floats = vtkArrayDownCast<vtkAOSDataArrayTemplate<float>>(array))
+  {
+    return floats->GetPointer(0);
+  }
+  scratch.resize(static_cast<size_t>(array->GetNumberOfValues()));
+  CopyValues(array, scratch.data());
+  return scratch.data();
+}
+
+/// CheckAbort() (VTK 9.2.20221xxx and later: also sees aborts of upstream and container
+/// algorithms, and makes the executive mark the output ABORTED); plain AbortExecute otherwise.
+template <typename T, typename = void>
+struct HasCheckAbort : std::false_type
+{
+};
+template <typename T>
+struct HasCheckAbort<T, std::void_t<decltype(std::declval<T&>().CheckAbort())>> : std::true_type
+{
+};
+template <typename Algorithm>
+bool AbortRequested(Algorithm* algorithm)
+{
+  if constexpr (HasCheckAbort<Algorithm>::value)
+  {
+    return algorithm->CheckAbort();
+  }
+  else
+  {
+    return algorithm->GetAbortExecute() != 0;
+  }
+}
+
+const char* OperationName(int operation)
+{
+  switch (operation)
+  {
+    case vtkPointNeighborhoodFilter::NEIGHBOR_COUNT:
+      return "Neighbor Count";
+    case vtkPointNeighborhoodFilter::DENSITY:
+      return "Density";
+    case vtkPointNeighborhoodFilter::KERNEL_SMOOTHING:
+      return "Kernel Smoothing";
+  }
+  return "(invalid)";
+}
+
+neighborgrid::Operation ToEngine(int operation)
+{
+  switch (operation)
+  {
+    case vtkPointNeighborhoodFilter::NEIGHBOR_COUNT:
+      return neighborgrid::Operation::NeighborCount;
+    case vtkPointNeighborhoodFilter::KERNEL_SMOOTHING:
+      return neighborgrid::Operation::Smoothing;
+    case vtkPointNeighborhoodFilter::DENSITY:
+    default:
+      return neighborgrid::Operation::Density;
+  }
+}
+
+neighborgrid::Kernel KernelToEngine(int kernel)
+{
+  switch (kernel)
+  {
+    case vtkPointNeighborhoodFilter::QUARTIC_SPLINE:
+      return neighborgrid::Kernel::QuarticSpline;
+    case vtkPointNeighborhoodFilter::QUINTIC_SPLINE:
+      return neighborgrid::Kernel::QuinticSpline;
+    case vtkPointNeighborhoodFilter::WENDLAND_C2:
+      return neighborgrid::Kernel::WendlandC2;
+    case vtkPointNeighborhoodFilter::CUBIC_SPLINE:
+    default:
+      return neighborgrid::Kernel::CubicSpline;
+  }
+}
+
+neighborgrid::Normalization NormalizationToEngine(int normalization)
+{
+  return normalization == vtkPointNeighborhoodFilter::SPH ? neighborgrid::Normalization::SPH
+                                                           : neighborgrid::Normalization::Shepard;
+}
+
+neighborgrid::Backend BackendToEngine(int backend)
+{
+  switch (backend)
+  {
+    case vtkPointNeighborhoodFilter::BACKEND_CUDA:
+      return neighborgrid::Backend::CUDA;
+    case vtkPointNeighborhoodFilter::BACKEND_CPU:
+      return neighborgrid::Backend::CPU;
+    case vtkPointNeighborhoodFilter::BACKEND_AUTO:
+    default:
+      return neighborgrid::Backend::Auto;
+  }
+}
+
+neighborgrid::Method MethodToEngine(int method)
+{
+  switch (method)
+  {
+    case vtkPointNeighborhoodFilter::METHOD_COUNTING_SORT:
+      return neighborgrid::Method::CountingSort;
+    case vtkPointNeighborhoodFilter::METHOD_BRUTE_FORCE:
+      return neighborgrid::Method::BruteForce;
+    case vtkPointNeighborhoodFilter::METHOD_AUTO:
+    default:
+      return neighborgrid::Method::Auto;
+  }
+}
+
+std::string Quoted(const std::string& name)
+{
+  return "'" + name + "'";
+}
+
+/// "a vtkStringArray" / "an vtkIdTypeArray": for messages about arrays of the wrong kind.
+std::string ArrayKind(vtkAbstractArray* array)
+{
+  return std::string("a ") + array->GetClassName();
+}
+
+template <typename T>
+std::string ToText(const T& value)
+{
+  std::ostringstream stream;
+  stream << value;
+  return stream.str();
+}
+
+/// A new array of `components` x `tuples` values, named, for the output.
+template <typename ArrayT>
+vtkSmartPointer<ArrayT> NewResultArray(const std::string& name, int components, vtkIdType tuples)
+{
+  auto array = vtkSmartPointer<ArrayT>::New();
+  array->SetName(name.c_str());
+  array->SetNumberOfComponents(components);
+  array->SetNumberOfTuples(tuples);
+  return array;
+}
+
+/// Gives `output` its own field data: the input's arrays plus a NeighborGridInfo string array
+/// (replacing one from an upstream NeighborGrid filter). A new container, because
+/// vtkDataObject::ShallowCopy shares the input's field-data object in some VTK versions, and
+/// adding to it would modify the input.
+void AttachRunInfo(vtkDataObject* input, vtkDataObject* output, const std::vector<std::string>& info)
+{
+  vtkNew<vtkFieldData> fieldData;
+  if (input->GetFieldData())
+  {
+    fieldData->ShallowCopy(input->GetFieldData());
+  }
+  vtkNew<vtkStringArray> infoArray;
+  infoArray->SetName(InfoArrayName);
+  for (const std::string& entry : info)
+  {
+    infoArray->InsertNextValue(entry);
+  }
+  fieldData->RemoveArray(InfoArrayName);
+  fieldData->AddArray(infoArray);
+  output->SetFieldData(fieldData);
+}
+
+} // namespace
+
+//------------------------------------------------------------------------------
+struct vtkPointNeighborhoodFilter::Internals
+{
+  /// One engine for the filter's lifetime: its device buffers and CPU thread pool are reused
+  /// across updates (and across the blocks of a composite dataset).
+  neighborgrid::Engine Engine;
+
+  /// Observes this filter's StartEvent/EndEvent. The executive fires them once around a whole
+  /// composite execution (while its input is still the composite dataset) and once around each
+  /// block, so they tell whether RequestData() is processing one block of a composite.
+  vtkNew<vtkCallbackCommand> ExecutionObserver;
+  bool InCompositeExecution = false;
+  vtkWeakPointer<vtkCompositeDataSet> CompositeInput;
+  std::vector<std::string> CompositeRunInfo; // LastRunInfo collected over the blocks
+
+  static void OnExecutionEvent(vtkObject*, unsigned long eventId, void* clientData, void*)
+  {
+    auto* self = static_cast<vtkPointNeighborhoodFilter*>(clientData);
+    Internals& internal = *self->Internal;
+    auto* composite = vtkCompositeDataSet::SafeDownCast(self->GetInputDataObject(0, 0));
+    if (!composite)
+    {
+      return; // a plain point set, or one block of a composite execution
+    }
+    if (eventId == vtkCommand::StartEvent)
+    {
+      internal.InCompositeExecution = true;
+      internal.CompositeInput = composite;
+      internal.CompositeRunInfo.clear();
+    }
+    else if (eventId == vtkCommand::EndEvent)
+    {
+      internal.InCompositeExecution = false;
+      internal.CompositeInput = nullptr;
+      std::string info;
+      for (const std::string& line : internal.CompositeRunInfo)
+      {
+        info += line + "\n";
+      }
+      self->LastRunInfo = info;
+      internal.CompositeRunInfo.clear();
+    }
+  }
+
+  /// "block 3 'particles'" for the block being processed, "" outside a composite execution.
+  std::string DescribeBlock(vtkDataObject* block) const
+  {
+    if (!this->InCompositeExecution || !this->CompositeInput)
+    {
+      return std::string();
+    }
+    vtkSmartPointer<vtkCompositeDataIterator> iterator;
+    iterator.TakeReference(this->CompositeInput->NewIterator());
+    for (iterator->InitTraversal(); !iterator->IsDoneWithTraversal(); iterator->GoToNextItem())
+    {
+      if (iterator->GetCurrentDataObject() == block)
+      {
+        std::string text = "block " + ToText(iterator->GetCurrentFlatIndex());
+        if (iterator->HasCurrentMetaData() &&
+          iterator->GetCurrentMetaData()->Has(vtkCompositeDataSet::NAME()))
+        {
+          text += " " + Quoted(iterator->GetCurrentMetaData()->Get(vtkCompositeDataSet::NAME()));
+        }
+        return text;
+      }
+    }
+    return "a block";
+  }
+};
+
+//------------------------------------------------------------------------------
+vtkPointNeighborhoodFilter::vtkPointNeighborhoodFilter()
+  : Internal(new Internals)
+{
+  this->Internal->ExecutionObserver->SetCallback(&Internals::OnExecutionEvent);
+  this->Internal->ExecutionObserver->SetClientData(this);
+  this->AddObserver(vtkCommand::StartEvent, this->Internal->ExecutionObserver);
+  this->AddObserver(vtkCommand::EndEvent, this->Internal->ExecutionObserver);
+}
+
+//------------------------------------------------------------------------------
+vtkPointNeighborhoodFilter::~vtkPointNeighborhoodFilter()
+{
+  this->RemoveObserver(this->Internal->ExecutionObserver);
+}
+
+//------------------------------------------------------------------------------
+void vtkPointNeighborhoodFilter::AddSmoothedArray(const char* name)
+{
+  if (!name || !*name)
+  {
+    vtkWarningMacro("AddSmoothedArray: ignoring an empty array name");
+    return;
+  }
+  if (std::find(this->SmoothedArrays.begin(), this->SmoothedArrays.end(), name) !=
+    this->SmoothedArrays.end())
+  {
+    return; // already selected: smoothing it twice would only write the same array twice
+  }
+  this->SmoothedArrays.emplace_back(name);
+  this->Modified();
+}
+
+//------------------------------------------------------------------------------
+void vtkPointNeighborhoodFilter::ClearSmoothedArrays()
+{
+  if (!this->SmoothedArrays.empty())
+  {
+    this->SmoothedArrays.clear();
+    this->Modified();
+  }
+}
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodFilter::GetNumberOfSmoothedArrays() const
+{
+  return static_cast<int>(this->SmoothedArrays.size());
+}
+
+//------------------------------------------------------------------------------
+const char* vtkPointNeighborhoodFilter::GetSmoothedArray(int index) const
+{
+  if (index < 0 || index >= static_cast<int>(this->SmoothedArrays.size()))
+  {
+    return nullptr;
+  }
+  return this->SmoothedArrays[static_cast<size_t>(index)].c_str();
+}
+
+//------------------------------------------------------------------------------
+const char* vtkPointNeighborhoodFilter::GetLastRunInfo() const
+{
+  return this->LastRunInfo.c_str();
+}
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodFilter::FillInputPortInformation(int port, vtkInformation* info)
+{
+  if (port != 0)
+  {
+    return 0;
+  }
+  // Point sets only; the composite pipeline iterates over the blocks of composite datasets.
+  info->Set(vtkAlgorithm::INPUT_REQUIRED_DATA_TYPE(), "vtkPointSet");
+  return 1;
+}
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodFilter::RequestData(
+  vtkInformation*, vtkInformationVector** inputVector, vtkInformationVector* outputVector)
+{
+  vtkPointSet* input = vtkPointSet::GetData(inputVector[0]);
+  vtkPointSet* output = vtkPointSet::GetData(outputVector);
+  if (!input || !output)
+  {
+    vtkErrorMacro("The input and the output must be vtkPointSets.");
+    return 0;
+  }
+
+  // Inside a composite execution, messages and LastRunInfo say which block they concern.
+  const std::string block = this->Internal->DescribeBlock(input);
+  const std::string where = block.empty() ? std::string() : "In " + block + ": ";
+  std::vector<std::string> info; // NeighborGridInfo entries
+
+  auto storeRunInfo = [&](const std::vector<std::string>& entries) {
+    std::string text;
+    if (!block.empty())
+    {
+      text += "[" + block + "]\n";
+    }
+    for (const std::string& entry : entries)
+    {
+      text += entry + "\n";
+    }
+    if (this->Internal->InCompositeExecution)
+    {
+      this->Internal->CompositeRunInfo.push_back(text);
+    }
+    else
+    {
+      this->LastRunInfo = text;
+    }
+  };
+  // Every failure leaves an empty output (see the top of this file) and says what and where.
+  auto fail = [&](const std::string& message) {
+    vtkErrorMacro(<< where << message);
+    output->Initialize();
+    storeRunInfo({ "error=" + message });
+    return 0;
+  };
+
+  if (!(std::isfinite(this->Radius) && this->Radius > 0.0))
+  {
+    return fail("The radius must be a finite number > 0 (got " + ToText(this->Radius) + ").");
+  }
+
+  const vtkIdType pointCount = input->GetNumberOfPoints();
+  vtkPointData* inputPointData = input->GetPointData();
+  const neighborgrid::Operation operation = ToEngine(this->Operation);
+  const bool usesMass = operation == neighborgrid::Operation::Density ||
+    (operation == neighborgrid::Operation::Smoothing && this->Normalization == SPH);
+  const bool outputsDensity = usesMass;
+
+  if (operation == neighborgrid::Operation::Smoothing && this->SmoothedArrays.empty())
+  {
+    return fail("Kernel Smoothing needs at least one point array to smooth (AddSmoothedArray).");
+  }
+
+  // --- Empty input: an error on its own, passed through as a composite block -----------------
+  if (pointCount == 0)
+  {
+    if (!this->Internal->InCompositeExecution)
+    {
+      return fail("The input has no points.");
+    }
+    output->ShallowCopy(input);
+    vtkPointData* outputPointData = output->GetPointData();
+    if (operation == neighborgrid::Operation::NeighborCount)
+    {
+      outputPointData->AddArray(NewResultArray<vtkIntArray>("NeighborCount", 1, 0));
+    }
+    if (outputsDensity)
+    {
+      outputPointData->AddArray(NewResultArray<vtkFloatArray>("Density", 1, 0));
+    }
+    if (operation == neighborgrid::Operation::Smoothing)
+    {
+      for (const std::string& name : this->SmoothedArrays)
+      {
+        // An empty block may lack the arrays altogether: there is nothing to smooth then.
+        if (auto* values = vtkDataArray::SafeDownCast(inputPointData->GetAbstractArray(name.c_str())))
+        {
+          outputPointData->AddArray(
+            NewResultArray<vtkFloatArray>(name + "_smoothed", values->GetNumberOfComponents(), 0));
+        }
+      }
+    }
+    info = { "points=0", "skipped=the block has no points" };
+    AttachRunInfo(input, output, info);
+    storeRunInfo(info);
+    return 1;
+  }
+
+  // --- The request ---------------------------------------------------------------------------
+  neighborgrid::Request request;
+  request.radius = this->Radius;
+  request.operation = operation;
+  request.kernel = KernelToEngine(this->Kernel);
+  request.dimension = this->Dimension;
+  request.normalization = NormalizationToEngine(this->Normalization);
+  request.backend = BackendToEngine(this->Backend);
+  request.method = MethodToEngine(this->Method);
+  request.constantMass = this->Mass;
+
+  // Coordinates: float and double go to the engine as they are (it converts them to float
+  // relative to the bounds' minimum itself); any other type is converted to double first.
+  std::vector<double> convertedCoordinates;
+  vtkDataArray* coordinates = input->GetPoints()->GetData();
+  if (auto* floats = vtkArrayDownCast<vtkAOSDataArrayTemplate<float>>(coordinates))
+  {
+    request.points = neighborgrid::Points(floats->GetPointer(0), pointCount);
+  }
+  else if (auto* doubles = vtkArrayDownCast<vtkAOSDataArrayTemplate<double>>(coordinates))
+  {
+    request.points = neighborgrid::Points(doubles->GetPointer(0), pointCount);
+  }
+  else
+  {
+    convertedCoordinates.resize(static_cast<size_t>(3 * pointCount));
+    CopyValues(coordinates, convertedCoordinates.data());
+    request.points = neighborgrid::Points(convertedCoordinates.data(), pointCount);
+  }
+
+  // Mass: input array 0 when one is selected, else the constant Mass. Only checked when the
+  // operation uses it, so a stale selection does not break Neighbor Count or Shepard smoothing.
+  std::vector<float> massScratch;
+  std::string massDescription = "constant " + ToText(this->Mass);
+  if (usesMass)
+  {
+    vtkInformationVector* selections =
+      this->GetInformation()->Get(vtkAlgorithm::INPUT_ARRAYS_TO_PROCESS());
+    vtkInformation* selection = selections ? selections->GetInformationObject(0) : nullptr;
+    const char* massName = selection && selection->Has(vtkDataObject::FIELD_NAME())
+      ? selection->Get(vtkDataObject::FIELD_NAME())
+      : nullptr;
+    // No name, an empty name, and ParaView's none entry "None" (its ArrayListDomain passes the
+    // none_string through as the name) all mean "no mass array": use the constant Mass. A point
+    // array that really is named "None" is still used.
+    const bool noneEntry = massName && std::strcmp(massName, "None") == 0 &&
+      !inputPointData->GetAbstractArray(massName);
+    const bool byName = massName && *massName && !noneEntry;
+    const bool byAttribute = !byName && selection &&
+      !selection->Has(vtkDataObject::FIELD_NAME()) &&
+      selection->Has(vtkDataObject::FIELD_ATTRIBUTE_TYPE());
+    if (byName || byAttribute)
+    {
+      const int association = selection->Has(vtkDataObject::FIELD_ASSOCIATION())
+        ? selection->Get(vtkDataObject::FIELD_ASSOCIATION())
+        : vtkDataObject::FIELD_ASSOCIATION_POINTS;
+      if (association != vtkDataObject::FIELD_ASSOCIATION_POINTS &&
+        association != vtkDataObject::FIELD_ASSOCIATION_POINTS_THEN_CELLS)
+      {
+        return fail("The mass array must be a point array (input array 0 is selected with field "
+                    "association " +
+          ToText(association) + ").");
+      }
+      vtkDataArray* mass = nullptr;
+      if (byName)
+      {
+        vtkAbstractArray* candidate = inputPointData->GetAbstractArray(massName);
+        if (!candidate)
+        {
+          return fail("The mass array " + Quoted(massName) +
+            " is not a point array of the input. Select an existing point array, or none to use "
+            "the constant Mass.");
+        }
+        mass = vtkDataArray::SafeDownCast(candidate);
+        if (!mass)
+        {
+          return fail("The mass array " + Quoted(massName) + " is " + ArrayKind(candidate) +
+            ", not a numeric array.");
+        }
+      }
+      else
+      {
+        mass = this->GetInputArrayToProcess(0, input);
+        if (!mass)
+        {
+          return fail("The mass is selected by attribute type (input array 0), but the input has "
+                      "no such point array.");
+        }
+      }
+      const std::string shownName = mass->GetName() ? mass->GetName() : "(unnamed)";
+      if (mass->GetNumberOfComponents() != 1)
+      {
+        return fail("The mass array " + Quoted(shownName) + " has " +
+          ToText(mass->GetNumberOfComponents()) + " components; it must have exactly 1.");
+      }
+      request.mass = FloatValues(mass, massScratch);
+      massDescription = "array " + Quoted(shownName);
+    }
+  }
+
+  // Arrays to smooth: any numeric point array, any number of components.
+  std::vector<std::vector<float>> smoothedScratch;
+  std::vector<vtkSmartPointer<vtkFloatArray>> smoothedOutputs;
+  if (operation == neighborgrid::Operation::Smoothing)
+  {
+    smoothedScratch.resize(this->SmoothedArrays.size());
+    for (size_t i = 0; i < this->SmoothedArrays.size(); ++i)
+    {
+      const std::string& name = this->SmoothedArrays[i];
+      vtkAbstractArray* candidate = inputPointData->GetAbstractArray(name.c_str());
+      if (!candidate)
+      {
+        return fail("The array to smooth " + Quoted(name) + " is not a point array of the input.");
+      }
+      auto* values = vtkDataArray::SafeDownCast(candidate);
+      if (!values)
+      {
+        return fail("The array to smooth " + Quoted(name) + " is " + ArrayKind(candidate) +
+          ", not a numeric array.");
+      }
+      const int components = values->GetNumberOfComponents();
+      auto result = NewResultArray<vtkFloatArray>(name + "_smoothed", components, pointCount);
+      for (int c = 0; c < components; ++c)
+      {
+        if (const char* componentName = values->GetComponentName(c))
+        {
+          result->SetComponentName(c, componentName);
+        }
+      }
+      neighborgrid::SmoothedArray smoothed;
+      smoothed.values = FloatValues(values, smoothedScratch[i]);
+      smoothed.components = components;
+      smoothed.output = result->GetPointer(0);
+      smoothed.name = name;
+      request.smoothed.push_back(std::move(smoothed));
+      smoothedOutputs.push_back(result);
+    }
+  }
+
+  // Results are written straight into the new VTK arrays: no copy afterwards.
+  vtkSmartPointer<vtkIntArray> neighborCount;
+  if (operation == neighborgrid::Operation::NeighborCount)
+  {
+    neighborCount = NewResultArray<vtkIntArray>("NeighborCount", 1, pointCount);
+    request.neighborCount = reinterpret_cast<std::int32_t*>(neighborCount->GetPointer(0));
+  }
+  vtkSmartPointer<vtkFloatArray> density;
+  if (outputsDensity)
+  {
+    density = NewResultArray<vtkFloatArray>("Density", 1, pointCount);
+    request.density = density->GetPointer(0);
+  }
+
+  // Progress between stages and slices of work drives VTK's progress events and abort checks.
+  // The engine reports from the thread that called run(); should a report ever come from another
+  // thread, it only reads the abort flag: VTK's events and observers are not thread-safe.
+  const char* lastStage = nullptr;
+  const std::thread::id callingThread = std::this_thread::get_id();
+  request.progress = [this, &lastStage, callingThread](double fraction, const char* stage) {
+    if (std::this_thread::get_id() != callingThread)
+    {
+      return this->GetAbortExecute() == 0;
+    }
+    if (stage && stage != lastStage && (!lastStage || std::strcmp(stage, lastStage) != 0))
+    {
+      this->SetProgressText(stage);
+      lastStage = stage;
+    }
+    this->UpdateProgress(fraction);
+    return !AbortRequested(this);
+  };
+
+  // --- Run -----------------------------------------------------------------------------------
+  neighborgrid::Report report;
+  try
+  {
+    report = this->Internal->Engine.run(request);
+  }
+  catch (const neighborgrid::Aborted& aborted)
+  {
+    this->SetProgressText(nullptr);
+    vtkDebugMacro(<< where << aborted.what());
+    output->Initialize();
+    storeRunInfo({ "aborted=" + std::string(aborted.what()) });
+    return 1;
+  }
+  catch (const neighborgrid::Error& error)
+  {
+    this->SetProgressText(nullptr);
+    return fail(error.what());
+  }
+  catch (const std::exception& error)
+  {
+    // std::bad_alloc and the like: still a message, never an exception through the pipeline.
+    this->SetProgressText(nullptr);
+    return fail(std::string("NeighborGrid failed: ") + error.what());
+  }
+  this->SetProgressText(nullptr);
+
+  // --- Output: a shallow copy of the input plus the results ----------------------------------
+  output->ShallowCopy(input);
+  vtkPointData* outputPointData = output->GetPointData();
+  if (neighborCount)
+  {
+    outputPointData->AddArray(neighborCount);
+  }
+  if (density)
+  {
+    outputPointData->AddArray(density);
+  }
+  for (const auto& smoothed : smoothedOutputs)
+  {
+    outputPointData->AddArray(smoothed);
+  }
+
+  info.push_back(std::string("backend=") + neighborgrid::toString(report.backend));
+  info.push_back("backend_reason=" + report.backendReason);
+  info.push_back(std::string("method=") + neighborgrid::toString(report.method));
+  info.push_back("device=" + report.device);
+  info.push_back(std::string("operation=") + OperationName(this->Operation));
+  if (operation != neighborgrid::Operation::NeighborCount)
+  {
+    info.push_back(std::string("kernel=") + neighborgrid::toString(request.kernel));
+    info.push_back("dimension=" + ToText(this->Dimension));
+  }
+  if (operation == neighborgrid::Operation::Smoothing)
+  {
+    info.push_back(std::string("normalization=") + neighborgrid::toString(request.normalization));
+  }
+  if (usesMass)
+  {
+    info.push_back("mass=" + massDescription);
+  }
+  info.push_back("radius=" + ToText(this->Radius));
+  info.push_back("points=" + ToText(pointCount));
+  for (const neighborgrid::StageTime& stage : report.stages)
+  {
+    info.push_back("stage." + stage.stage + "_ms=" + ToText(stage.milliseconds));
+  }
+  if (report.neighborPairs >= 0)
+  {
+    info.push_back("neighbor_pairs=" + ToText(report.neighborPairs));
+  }
+  info.push_back("extra_device_bytes=" + ToText(report.extraDeviceBytes));
+
+  AttachRunInfo(input, output, info);
+  storeRunInfo(info);
+  return 1;
+}
+
+//------------------------------------------------------------------------------
+void vtkPointNeighborhoodFilter::PrintSelf(ostream& os, vtkIndent indent)
+{
+  this->Superclass::PrintSelf(os, indent);
+  os << indent << "Radius: " << this->Radius << "\n";
+  os << indent << "Operation: " << this->Operation << " (" << OperationName(this->Operation)
+     << ")\n";
+  os << indent << "Kernel: " << this->Kernel << " ("
+     << neighborgrid::toString(KernelToEngine(this->Kernel)) << ")\n";
+  os << indent << "Dimension: " << this->Dimension << "\n";
+  os << indent << "Mass: " << this->Mass << "\n";
+  os << indent << "SmoothedArrays (" << this->SmoothedArrays.size() << "):";
+  for (const std::string& name : this->SmoothedArrays)
+  {
+    os << " " << Quoted(name);
+  }
+  os << "\n";
+  os << indent << "Normalization: " << this->Normalization << " ("
+     << neighborgrid::toString(NormalizationToEngine(this->Normalization)) << ")\n";
+  os << indent << "Backend: " << this->Backend << " ("
+     << neighborgrid::toString(BackendToEngine(this->Backend)) << ")\n";
+  os << indent << "Method: " << this->Method << " ("
+     << neighborgrid::toString(MethodToEngine(this->Method)) << ")\n";
+  os << indent << "LastRunInfo: " << (this->LastRunInfo.empty() ? "(none)\n" : "\n");
+  std::istringstream lines(this->LastRunInfo);
+  for (std::string line; std::getline(lines, line);)
+  {
+    os << indent.GetNextIndent() << line << "\n";
+  }
+}
