@@ -198,6 +198,10 @@ neighborgrid::Method MethodToEngine(int method)
       return neighborgrid::Method::CountingSort;
     case vtkPointNeighborhoodFilter::METHOD_BRUTE_FORCE:
       return neighborgrid::Method::BruteForce;
+    case vtkPointNeighborhoodFilter::METHOD_FENNS:
+      return neighborgrid::Method::FENNS;
+    case vtkPointNeighborhoodFilter::METHOD_RADIX_SORT:
+      return neighborgrid::Method::RadixSort;
     case vtkPointNeighborhoodFilter::METHOD_AUTO:
     default:
       return neighborgrid::Method::Auto;

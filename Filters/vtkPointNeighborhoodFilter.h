@@ -79,8 +79,9 @@ public:
   {
     METHOD_AUTO = 0,
     METHOD_COUNTING_SORT = 1,
-    METHOD_BRUTE_FORCE = 2
-    // later issues add FENNS, Radix Sort and CLAWS here
+    METHOD_BRUTE_FORCE = 2,
+    METHOD_FENNS = 3,     // CUDA only
+    METHOD_RADIX_SORT = 4 // CUDA only
   };
 
   ///@{
@@ -140,7 +141,7 @@ public:
 
   ///@{
   /// Search method, default METHOD_AUTO.
-  vtkSetClampMacro(Method, int, METHOD_AUTO, METHOD_BRUTE_FORCE);
+  vtkSetClampMacro(Method, int, METHOD_AUTO, METHOD_RADIX_SORT);
   vtkGetMacro(Method, int);
   ///@}
 

@@ -128,9 +128,14 @@ void TestNeighborCountRandom()
   NG_CHECK(mean > 5, "the test cloud is too sparse: " << mean << " neighbors per point");
 
   std::vector<double> first;
-  for (int method : { vtkPointNeighborhoodFilter::METHOD_AUTO,
-         vtkPointNeighborhoodFilter::METHOD_COUNTING_SORT,
-         vtkPointNeighborhoodFilter::METHOD_BRUTE_FORCE })
+  std::vector<int> methods{ vtkPointNeighborhoodFilter::METHOD_AUTO, vtkPointNeighborhoodFilter::METHOD_COUNTING_SORT,
+    vtkPointNeighborhoodFilter::METHOD_BRUTE_FORCE };
+  if (Backend == vtkPointNeighborhoodFilter::BACKEND_CUDA)
+  {
+    methods.push_back(vtkPointNeighborhoodFilter::METHOD_FENNS);
+    methods.push_back(vtkPointNeighborhoodFilter::METHOD_RADIX_SORT);
+  }
+  for (int method : methods)
   {
     vtkNew<vtkPointNeighborhoodFilter> filter;
     filter->SetOperation(vtkPointNeighborhoodFilter::NEIGHBOR_COUNT);

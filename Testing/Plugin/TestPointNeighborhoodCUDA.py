@@ -57,10 +57,12 @@ T.check("backend=CUDA" in T.info_string(auto).splitlines(), "Backend Auto picks 
 
 # --- Every method and operation against the CPU ------------------------------------------------
 lo_hi = None
-for method in ("Auto", "Counting Sort", "Brute Force"):
+for method in ("Auto", "Counting Sort", "Brute Force", "FENNS", "Radix Sort"):
+    # FENNS and Radix Sort run on CUDA only: compare them with the CPU's Counting Sort.
+    cpu_method = method if method in ("Auto", "Counting Sort", "Brute Force") else "Counting Sort"
     for kernel in T.KERNELS:
         gpu, err = run("CUDA", "Density", method, kernel, MassArray=["POINTS", "mass"])
-        cpu, _ = run("CPU", "Density", method, kernel, MassArray=["POINTS", "mass"])
+        cpu, _ = run("CPU", "Density", cpu_method, kernel, MassArray=["POINTS", "mass"])
         g = gpu.GetPointData().GetArray("Density")
         c = cpu.GetPointData().GetArray("Density")
         if T.check(g is not None and c is not None, "Density %s %s on both backends %s" % (
@@ -83,7 +85,7 @@ for method in ("Auto", "Counting Sort", "Brute Force"):
         props = dict(SmoothedArrays=["velocity"], Normalization=normalization,
                      MassArray=["POINTS", "mass"])
         gpu, err = run("CUDA", "Kernel Smoothing", method, "Wendland C2", **props)
-        cpu, _ = run("CPU", "Kernel Smoothing", method, "Wendland C2", **props)
+        cpu, _ = run("CPU", "Kernel Smoothing", cpu_method, "Wendland C2", **props)
         g = gpu.GetPointData().GetArray("velocity_smoothed")
         c = cpu.GetPointData().GetArray("velocity_smoothed")
         if T.check(g is not None and c is not None, "Smoothing %s %s on both %s" % (
