@@ -540,10 +540,23 @@ private:
     return Method::CountingSort;
   }
 
+  /// The uniform grid of Counting Sort and Radix Sort: cells of size R (and at most about 2n
+  /// cells). Benchmarking knob: NEIGHBORGRID_BASELINE_CELL_SIZE sets a larger cell size, to repeat
+  /// FENNS Table 2, where every method uses the same 18^3 grid.
+  Grid baselineGrid(int n) const
+  {
+    double radius = problem_->radius;
+    if (const char* size = std::getenv("NEIGHBORGRID_BASELINE_CELL_SIZE"))
+    {
+      radius = std::max(radius, std::atof(size) / cellMargin);
+    }
+    return makeGrid(problem_->extent, radius, std::max<std::int64_t>(2 * std::int64_t(n), 1 << 20));
+  }
+
   /// Green: sort (cell hash, index) pairs, find cell ranges, gather positions in cell order.
   void radixSort(const float* xyz, int n)
   {
-    grid_ = makeGrid(problem_->extent, problem_->radius, std::max<std::int64_t>(2 * std::int64_t(n), 1 << 20));
+    grid_ = baselineGrid(n);
     const int cells = static_cast<int>(grid_.cellCount());
     unsigned* hash = hash_.ensure(n, "cell hashes");
     unsigned* sortedHash = sortedHash_.ensure(n, "sorted cell hashes");
@@ -682,7 +695,7 @@ private:
 
   void countingSort(const float* xyz, int n)
   {
-    grid_ = makeGrid(problem_->extent, problem_->radius, std::max<std::int64_t>(2 * std::int64_t(n), 1 << 20));
+    grid_ = baselineGrid(n);
     const int cells = static_cast<int>(grid_.cellCount());
     int* cellCount = cellCount_.ensure(cells + 1, "cell counts");
     int* cellStart = cellStart_.ensure(cells + 1, "cell starts");

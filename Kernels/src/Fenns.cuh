@@ -482,7 +482,7 @@ __device__ __forceinline__ void gatherBatch(const FennsGrid& g, const FennsBlock
 /// are cut into runs of 32 particles dealt out to all warps in turn (every warp gets the same
 /// share, whatever the cells hold; used by CLAWS).
 template <class Op, bool MergedLookups, bool BalancedWarps>
-__global__ void __launch_bounds__(fennsThreads) fennsSearch(FennsGrid g, const Particle* __restrict__ ordered,
+__global__ void __launch_bounds__(fennsThreads, 2) fennsSearch(FennsGrid g, const Particle* __restrict__ ordered,
   const int* __restrict__ cellStart, const int* __restrict__ innerStart, const int* __restrict__ orderToInput,
   float r2max, Op op)
 {
