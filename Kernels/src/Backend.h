@@ -115,10 +115,18 @@ class BackendImplementation
 {
 public:
   virtual ~BackendImplementation() = default;
-  /// Host buffer for 3 * count relative coordinates (pinned for the CUDA backend).
-  virtual float* coordinateStaging(std::int64_t count) = 0;
+  /// Finds the bounds, rejects non-finite coordinates (failNonFinitePoint) and makes the float
+  /// coordinates relative to the bounds' minimum, wherever the backend computes: sets
+  /// problem.extent, and problem.xyz where the coordinates live in host memory.
+  virtual void prepareCoordinates(const Points& points, int threads, Problem& problem) = 0;
   virtual void run(const Problem& problem, Report& report) = 0;
 };
+
+/// The host version of prepareCoordinates, on `threads` threads; out holds 3 floats per point.
+void prepareCoordinatesOnHost(const Points& points, int threads, float* out, float extent[3]);
+
+/// Throws the error for a non-finite coordinate, naming the point and its coordinates.
+[[noreturn]] void failNonFinitePoint(const Points& points, std::int64_t index);
 
 std::unique_ptr<BackendImplementation> makeCpuBackend(int threads);
 #if defined(NEIGHBORGRID_HAS_CUDA)

@@ -26,10 +26,11 @@ class CpuBackend final : public BackendImplementation
 public:
   explicit CpuBackend(int threads) : threads_(std::max(1, threads)) {}
 
-  float* coordinateStaging(std::int64_t count) override
+  void prepareCoordinates(const Points& points, int threads, Problem& problem) override
   {
-    coordinates_.resize(static_cast<std::size_t>(3 * count));
-    return coordinates_.data();
+    coordinates_.resize(static_cast<std::size_t>(3 * points.count));
+    prepareCoordinatesOnHost(points, threads, coordinates_.data(), problem.extent);
+    problem.xyz = coordinates_.data();
   }
 
   void run(const Problem& problem, Report& report) override

@@ -15,6 +15,7 @@
 
 #include "Fenns.cuh"
 
+#include <cub/block/block_reduce.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -41,6 +42,70 @@ int blocksFor(std::int64_t count)
 __device__ __forceinline__ Particle loadPoint(const float* __restrict__ xyz, int i)
 {
   return Particle{ xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2], 1.0f };
+}
+
+// --- Coordinates: bounds, the non-finite check and the relative float copy, on the GPU -------
+constexpr int boundsThreads = 256;
+
+template <class T>
+__global__ void coordinateBoundsPartial(const T* __restrict__ raw, std::int64_t n, double* __restrict__ partial,
+  unsigned long long* __restrict__ firstBad)
+{
+  double lo[3] = { HUGE_VAL, HUGE_VAL, HUGE_VAL }, hi[3] = { -HUGE_VAL, -HUGE_VAL, -HUGE_VAL };
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+  {
+    const double v[3] = { double(raw[3 * i]), double(raw[3 * i + 1]), double(raw[3 * i + 2]) };
+    if (!(isfinite(v[0]) && isfinite(v[1]) && isfinite(v[2])))
+    {
+      atomicMin(firstBad, static_cast<unsigned long long>(i));
+      continue;
+    }
+    for (int a = 0; a < 3; ++a)
+    {
+      lo[a] = fmin(lo[a], v[a]);
+      hi[a] = fmax(hi[a], v[a]);
+    }
+  }
+  using Reduce = cub::BlockReduce<double, boundsThreads>;
+  __shared__ typename Reduce::TempStorage storage;
+  for (int a = 0; a < 3; ++a)
+  {
+    const double blockLo = Reduce(storage).Reduce(lo[a], [](double x, double y) { return fmin(x, y); });
+    __syncthreads();
+    const double blockHi = Reduce(storage).Reduce(hi[a], [](double x, double y) { return fmax(x, y); });
+    __syncthreads();
+    if (threadIdx.x == 0)
+    {
+      partial[6 * blockIdx.x + a] = blockLo;
+      partial[6 * blockIdx.x + 3 + a] = blockHi;
+    }
+  }
+}
+
+__global__ void coordinateBoundsFinal(const double* __restrict__ partial, int blocks, double* __restrict__ bounds)
+{
+  if (threadIdx.x < 6)
+  {
+    const bool isLo = threadIdx.x < 3;
+    double v = isLo ? HUGE_VAL : -HUGE_VAL;
+    for (int b = 0; b < blocks; ++b)
+    {
+      v = isLo ? fmin(v, partial[6 * b + threadIdx.x]) : fmax(v, partial[6 * b + threadIdx.x]);
+    }
+    bounds[threadIdx.x] = v;
+  }
+}
+
+template <class T>
+__global__ void makeRelative(const T* __restrict__ raw, std::int64_t values, const double* __restrict__ bounds,
+  float* __restrict__ xyz)
+{
+  for (std::int64_t k = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; k < values;
+       k += std::int64_t(gridDim.x) * blockDim.x)
+  {
+    xyz[k] = static_cast<float>(double(raw[k]) - bounds[k % 3]);
+  }
 }
 
 // --- Counting sort ----------------------------------------------------------------------------
@@ -315,9 +380,78 @@ public:
     }
   }
 
-  float* coordinateStaging(std::int64_t count) override
+  /// The caller's coordinates travel as they are, in slices: a slice is copied into pinned memory
+  /// (on several threads) while the previous one crosses PCIe. The GPU then finds the bounds,
+  /// checks for non-finite values and writes float coordinates relative to the minimum.
+  void prepareCoordinates(const Points& points, int /*threads*/, Problem& problem) override
   {
-    return coordinates_.ensure(static_cast<std::size_t>(3 * count), "coordinate staging (pinned host memory)");
+    const std::int64_t n = points.count;
+    const std::size_t element = points.type == ScalarType::Float32 ? sizeof(float) : sizeof(double);
+    const std::size_t bytes = 3 * std::size_t(n) * element;
+    char* pinned = rawStaging_.ensure(bytes, "coordinate staging (pinned host memory)");
+    char* raw = deviceRaw_.ensure(bytes, "coordinates as given");
+    const char* source = static_cast<const char*>(points.xyz);
+    constexpr std::size_t slice = std::size_t(16) << 20;
+    for (std::size_t offset = 0; offset < bytes; offset += slice)
+    {
+      const std::size_t length = std::min(slice, bytes - offset);
+      parallelSlices(copyThreads_, std::int64_t(copyThreads_), [&](int, std::int64_t begin, std::int64_t end) {
+        const std::size_t from = offset + length * std::size_t(begin) / copyThreads_;
+        const std::size_t to = offset + length * std::size_t(end) / copyThreads_;
+        std::memcpy(pinned + from, source + from, to - from);
+      });
+      NG_CUDA_CHECK(cudaMemcpyAsync(raw + offset, pinned + offset, length, cudaMemcpyHostToDevice, stream_),
+        "uploading coordinates");
+    }
+    const int blocks = static_cast<int>(std::min<std::int64_t>(4 * multiprocessors_, (n + boundsThreads - 1) / boundsThreads));
+    double* partial = boundsPartial_.ensure(6 * std::size_t(blocks) + 6, "coordinate bounds");
+    double* bounds = partial + 6 * blocks;
+    unsigned long long* firstBad = firstBad_.ensure(1, "non-finite check");
+    NG_CUDA_CHECK(cudaMemsetAsync(firstBad, 0xff, sizeof(unsigned long long), stream_), "clearing the non-finite check");
+    float* xyz = deviceXyz_.ensure(3 * std::size_t(n), "coordinates");
+    const std::int64_t values = 3 * n;
+    const int convertBlocks = static_cast<int>(std::min<std::int64_t>(32 * multiprocessors_, (values + 255) / 256));
+    if (element == sizeof(float))
+    {
+      coordinateBoundsPartial<<<blocks, boundsThreads, 0, stream_>>>(reinterpret_cast<const float*>(raw), n, partial, firstBad);
+    }
+    else
+    {
+      coordinateBoundsPartial<<<blocks, boundsThreads, 0, stream_>>>(reinterpret_cast<const double*>(raw), n, partial, firstBad);
+    }
+    NG_CUDA_CHECK_LAUNCH("coordinateBoundsPartial");
+    coordinateBoundsFinal<<<1, 32, 0, stream_>>>(partial, blocks, bounds);
+    NG_CUDA_CHECK_LAUNCH("coordinateBoundsFinal");
+    struct BoundsResult
+    {
+      double bounds[6];
+      unsigned long long firstBad;
+    };
+    auto* result = reinterpret_cast<BoundsResult*>(boundsHost_.ensure(sizeof(BoundsResult), "bounds (pinned host memory)"));
+    NG_CUDA_CHECK(cudaMemcpyAsync(result->bounds, bounds, 6 * sizeof(double), cudaMemcpyDeviceToHost, stream_),
+      "reading the bounds");
+    NG_CUDA_CHECK(cudaMemcpyAsync(&result->firstBad, firstBad, sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream_),
+      "reading the non-finite check");
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "finding the bounds");
+    if (result->firstBad != ~0ull)
+    {
+      failNonFinitePoint(points, static_cast<std::int64_t>(result->firstBad));
+    }
+    for (int a = 0; a < 3; ++a)
+    {
+      // Kept an upper bound of every relative coordinate, as on the host.
+      problem.extent[a] = std::nextafter(static_cast<float>(result->bounds[3 + a] - result->bounds[a]), HUGE_VALF);
+    }
+    if (element == sizeof(float))
+    {
+      makeRelative<<<convertBlocks, 256, 0, stream_>>>(reinterpret_cast<const float*>(raw), values, bounds, xyz);
+    }
+    else
+    {
+      makeRelative<<<convertBlocks, 256, 0, stream_>>>(reinterpret_cast<const double*>(raw), values, bounds, xyz);
+    }
+    NG_CUDA_CHECK_LAUNCH("makeRelative");
+    problem.xyz = nullptr; // the coordinates live on the device (deviceXyz_)
   }
 
   void run(const Problem& problem, Report& report) override
@@ -329,12 +463,10 @@ public:
     const int n = static_cast<int>(problem.count);
     const ProgressReporter& progress = *problem.progress;
 
-    // Upload: coordinates from their pinned staging; mass and smoothed arrays through pinned
-    // staging as well (a pageable copy runs at a fraction of PCIe bandwidth).
+    // Upload: the coordinates are on the device already (prepareCoordinates); masses and arrays
+    // to smooth go through pinned staging (a pageable copy runs at a fraction of PCIe bandwidth).
     cudaEvent_t start = mark();
-    float* xyz = deviceXyz_.ensure(3 * std::size_t(n), "coordinates");
-    NG_CUDA_CHECK(cudaMemcpyAsync(xyz, problem.xyz, 3 * sizeof(float) * n, cudaMemcpyHostToDevice, stream_),
-      "uploading coordinates");
+    const float* xyz = deviceXyz_.get(); // prepareCoordinates put them there
     uploadArrays();
     cudaEvent_t uploaded = mark();
     stage("upload", start, uploaded);
@@ -821,7 +953,11 @@ private:
   int* orderToInput_ = nullptr;
   std::vector<std::size_t> valueOffsets_;
 
-  PinnedBuffer<float> coordinates_;
+  PinnedBuffer<char> rawStaging_;
+  PinnedBuffer<char> boundsHost_;
+  DeviceBuffer<char> deviceRaw_;
+  DeviceBuffer<double> boundsPartial_;
+  DeviceBuffer<unsigned long long> firstBad_;
   PinnedBuffer<char> staging_;
   DeviceBuffer<float> deviceXyz_;
   DeviceBuffer<float> deviceMass_;

@@ -182,11 +182,54 @@ void validate(const Request& r)
   }
 }
 
+void checkMass(const float* mass, std::int64_t n, int threads)
+{
+  const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n / 65536)));
+  std::vector<std::int64_t> firstBad(slices, -1);
+  detail::parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i)
+    {
+      if (!std::isfinite(mass[i]))
+      {
+        firstBad[slice] = i;
+        return;
+      }
+    }
+  });
+  for (std::int64_t i : firstBad)
+  {
+    if (i >= 0)
+    {
+      std::ostringstream s;
+      s << "the mass of point " << i << " is not finite (" << mass[i] << ")";
+      fail(s.str());
+    }
+  }
+}
+
+} // namespace
+
+namespace detail
+{
+
+void failNonFinitePoint(const Points& points, std::int64_t i)
+{
+  double v[3];
+  for (int a = 0; a < 3; ++a)
+  {
+    v[a] = points.type == ScalarType::Float32 ? double(static_cast<const float*>(points.xyz)[3 * i + a])
+                                              : static_cast<const double*>(points.xyz)[3 * i + a];
+  }
+  std::ostringstream s;
+  s << "point " << i << " has a non-finite coordinate (" << v[0] << ", " << v[1] << ", " << v[2] << ")";
+  fail(s.str());
+}
+
 /// Bounds in double, then float coordinates relative to the minimum (so data far from the
 /// origin keeps its precision). Rejects non-finite coordinates, naming the first such point.
 /// Both passes stream the array once each, split over threads.
 template <class T>
-void prepareCoordinates(const T* xyz, std::int64_t n, int threads, float* out, float extent[3])
+void prepareTyped(const Points& points, const T* xyz, std::int64_t n, int threads, float* out, float extent[3])
 {
   struct Partial
   {
@@ -219,11 +262,7 @@ void prepareCoordinates(const T* xyz, std::int64_t n, int threads, float* out, f
   {
     if (p.firstBad >= 0)
     {
-      const std::int64_t i = p.firstBad;
-      std::ostringstream s;
-      s << "point " << i << " has a non-finite coordinate (" << double(xyz[3 * i]) << ", "
-        << double(xyz[3 * i + 1]) << ", " << double(xyz[3 * i + 2]) << ")";
-      fail(s.str());
+      detail::failNonFinitePoint(points, p.firstBad);
     }
     for (int a = 0; a < 3; ++a)
     {
@@ -247,20 +286,19 @@ void prepareCoordinates(const T* xyz, std::int64_t n, int threads, float* out, f
   });
 }
 
-void checkMass(const float* mass, std::int64_t n)
+void prepareCoordinatesOnHost(const Points& points, int threads, float* out, float extent[3])
 {
-  for (std::int64_t i = 0; i < n; ++i)
+  if (points.type == ScalarType::Float32)
   {
-    if (!std::isfinite(mass[i]))
-    {
-      std::ostringstream s;
-      s << "the mass of point " << i << " is not finite (" << mass[i] << ")";
-      fail(s.str());
-    }
+    prepareTyped(points, static_cast<const float*>(points.xyz), points.count, threads, out, extent);
+  }
+  else
+  {
+    prepareTyped(points, static_cast<const double*>(points.xyz), points.count, threads, out, extent);
   }
 }
 
-} // namespace
+} // namespace detail
 
 struct Engine::Impl
 {
@@ -311,7 +349,7 @@ Report Engine::run(const Request& request)
     (request.operation == Operation::Smoothing && request.normalization == Normalization::SPH);
   if (usesMass && request.mass)
   {
-    checkMass(request.mass, n);
+    checkMass(request.mass, n, impl_->threads);
   }
 
   Report report;
@@ -373,16 +411,7 @@ Report Engine::run(const Request& request)
   detail::Timer timer;
   detail::Problem problem;
   problem.count = n;
-  float* coordinates = implementation->coordinateStaging(n);
-  if (request.points.type == ScalarType::Float32)
-  {
-    prepareCoordinates(static_cast<const float*>(request.points.xyz), n, impl_->threads, coordinates, problem.extent);
-  }
-  else
-  {
-    prepareCoordinates(static_cast<const double*>(request.points.xyz), n, impl_->threads, coordinates, problem.extent);
-  }
-  problem.xyz = coordinates;
+  implementation->prepareCoordinates(request.points, impl_->threads, problem);
   problem.radius = request.radius;
   problem.radiusSquared = static_cast<float>(request.radius * request.radius);
   problem.operation = request.operation;
@@ -395,7 +424,7 @@ Report Engine::run(const Request& request)
   problem.neighborCount = request.neighborCount;
   problem.density = request.density;
   problem.progress = &progress;
-  detail::addStage(report, "prepare", timer.milliseconds());
+  detail::addStage(report, "coordinates", timer.milliseconds());
 
   report.neighborPairs = -1;
   implementation->run(problem, report);

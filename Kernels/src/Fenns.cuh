@@ -308,9 +308,18 @@ __global__ void __launch_bounds__(fennsScatterBlockSize) fennsSearchScatter(Fenn
 // cells there. Lanes then own consecutive particles of one fine cell, walk the same cells and stay
 // converged, and sums stay in registers, with no atomics.
 
-constexpr int fennsThreads = 256;
+#ifndef NEIGHBORGRID_FENNS_THREADS
+#define NEIGHBORGRID_FENNS_THREADS 256
+#endif
+#ifndef NEIGHBORGRID_FENNS_PER_THREAD
+#define NEIGHBORGRID_FENNS_PER_THREAD 4
+#endif
+#ifndef NEIGHBORGRID_FENNS_MIN_BLOCKS
+#define NEIGHBORGRID_FENNS_MIN_BLOCKS 1
+#endif
+constexpr int fennsThreads = NEIGHBORGRID_FENNS_THREADS;
 constexpr int fennsWarps = fennsThreads / 32;
-constexpr int fennsPerThread = 4;                           // chunk particles each thread owns
+constexpr int fennsPerThread = NEIGHBORGRID_FENNS_PER_THREAD; // chunk particles each thread owns
 constexpr int fennsChunk = fennsThreads * fennsPerThread;   // particles per chunk
 constexpr int fennsBatch = fennsChunk;                      // neighbors binned per round
 constexpr int fennsWarpQuota = fennsBatch / fennsWarps;     // staging slots per warp and round
@@ -482,7 +491,7 @@ __device__ __forceinline__ void gatherBatch(const FennsGrid& g, const FennsBlock
 /// are cut into runs of 32 particles dealt out to all warps in turn (every warp gets the same
 /// share, whatever the cells hold; used by CLAWS).
 template <class Op, bool MergedLookups, bool BalancedWarps>
-__global__ void __launch_bounds__(fennsThreads, 2) fennsSearch(FennsGrid g, const Particle* __restrict__ ordered,
+__global__ void __launch_bounds__(fennsThreads, NEIGHBORGRID_FENNS_MIN_BLOCKS) fennsSearch(FennsGrid g, const Particle* __restrict__ ordered,
   const int* __restrict__ cellStart, const int* __restrict__ innerStart, const int* __restrict__ orderToInput,
   float r2max, Op op)
 {

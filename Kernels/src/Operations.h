@@ -12,6 +12,7 @@
 #include "KernelFunctions.h"
 
 #include <cstdint>
+#include <type_traits>
 
 namespace neighborgrid
 {
@@ -95,26 +96,45 @@ struct SmoothingOperation
   }
 };
 
-/// Sums in registers: one thread owns particle i and visits its neighbors.
+/// Sums in registers: one thread owns particle i and visits its neighbors. Float sums are
+/// compensated (Kahan): a particle may have thousands of neighbors, and a plain float sum would
+/// then drift past the 1e-5 agreement with a double-precision reference that users rely on.
 template <class Op>
 struct RegisterSums
 {
-  typename Op::Value sum[Op::Terms];
+  using Value = typename Op::Value;
+  static constexpr bool compensated = !std::is_integral<Value>::value;
+  Value sum[Op::Terms];
+  Value carry[compensated ? Op::Terms : 1];
 
   NG_HD RegisterSums()
   {
     for (int k = 0; k < Op::Terms; ++k)
     {
       sum[k] = 0;
+      if constexpr (compensated)
+      {
+        carry[k] = 0;
+      }
     }
   }
   NG_HD void add(const Op& op, int j, const Particle& pj, float r2)
   {
-    typename Op::Value t[Op::Terms];
+    Value t[Op::Terms];
     op.pair(t, j, pj, r2);
     for (int k = 0; k < Op::Terms; ++k)
     {
-      sum[k] += t[k];
+      if constexpr (compensated)
+      {
+        const Value y = t[k] - carry[k];
+        const Value s = sum[k] + y;
+        carry[k] = (s - sum[k]) - y;
+        sum[k] = s;
+      }
+      else
+      {
+        sum[k] += t[k];
+      }
     }
   }
   NG_HD void finish(const Op& op, int i, int inputIndex) const { op.finish(sum, i, inputIndex); }

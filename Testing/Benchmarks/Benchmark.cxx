@@ -114,7 +114,7 @@ double median(std::vector<double> v)
 
 bool isDeviceResident(const std::string& stage)
 {
-  return stage != "prepare" && stage != "upload" && stage != "download" && stage != "copy to caller";
+  return stage != "coordinates" && stage != "upload" && stage != "download" && stage != "copy to caller";
 }
 
 Method parseMethod(const std::string& name)
