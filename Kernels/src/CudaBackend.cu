@@ -665,11 +665,15 @@ private:
       fenns_, particles_, cellStart_.get(), cellCount_.get(), orderToInput_, r2, op);
   }
 
-  /// Auto's rule (see chooseMethod's comment for the measurements behind it).
-  Method chooseMethod(const Problem& p) const
+  /// Auto's rule, from Testing/Benchmarks/results-H100.csv (all rows of FENNS Tables 1-3 and
+  /// CLAWS Tables 1-2 on an H100): with cells of size R, the two sort baselines share one search
+  /// and differ in the sort. Up to about 1M points Counting Sort's atomic counting is the cheaper
+  /// sort (524k points: 0.11 against 0.15 ms; 1M: 0.42 against 0.43 ms); from 2M on the radix
+  /// sort wins (2M: 1.05 against 1.11 ms, 4M: 3.02 against 3.21 ms, 8M: 9.7 against 10.2 ms).
+  /// FENNS was fastest only where the baselines were held to FENNS's coarse grid (FENNS Table 2).
+  static Method chooseMethod(const Problem& p)
   {
-    (void)p;
-    return Method::CountingSort;
+    return p.count >= 1500000 ? Method::RadixSort : Method::CountingSort;
   }
 
   /// The uniform grid of Counting Sort and Radix Sort: cells of size R (and at most about 2n
