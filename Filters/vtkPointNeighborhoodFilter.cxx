@@ -202,6 +202,8 @@ neighborgrid::Method MethodToEngine(int method)
       return neighborgrid::Method::FENNS;
     case vtkPointNeighborhoodFilter::METHOD_RADIX_SORT:
       return neighborgrid::Method::RadixSort;
+    case vtkPointNeighborhoodFilter::METHOD_CLAWS:
+      return neighborgrid::Method::CLAWS;
     case vtkPointNeighborhoodFilter::METHOD_AUTO:
     default:
       return neighborgrid::Method::Auto;

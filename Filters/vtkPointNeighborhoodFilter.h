@@ -80,8 +80,9 @@ public:
     METHOD_AUTO = 0,
     METHOD_COUNTING_SORT = 1,
     METHOD_BRUTE_FORCE = 2,
-    METHOD_FENNS = 3,     // CUDA only
-    METHOD_RADIX_SORT = 4 // CUDA only
+    METHOD_FENNS = 3,      // CUDA only
+    METHOD_RADIX_SORT = 4, // CUDA only
+    METHOD_CLAWS = 5       // CUDA only
   };
 
   ///@{
@@ -141,7 +142,7 @@ public:
 
   ///@{
   /// Search method, default METHOD_AUTO.
-  vtkSetClampMacro(Method, int, METHOD_AUTO, METHOD_RADIX_SORT);
+  vtkSetClampMacro(Method, int, METHOD_AUTO, METHOD_CLAWS);
   vtkGetMacro(Method, int);
   ///@}
 

@@ -4,7 +4,7 @@
 //    results are written straight to input order.
 //  - Radix Sort (Green 2008/2012): (cell hash, index) pairs sorted with CUB's radix sort, cell
 //    start/end from the sorted hashes, reordered positions, the same 27-cell search.
-//  - FENNS (Groß et al. 2019): Fenns.cuh.
+//  - FENNS (Groß et al. 2019) and CLAWS (Groß et al. 2020): Fenns.cuh.
 //  - Brute Force: every pair, tiled through shared memory; for validation.
 // All device memory lives in DeviceBuffer members and is reused across calls.
 #include "Backend.h"
@@ -487,6 +487,8 @@ public:
         radixSort(xyz, n);
         break;
       case Method::FENNS:
+      case Method::CLAWS:
+        flags_ = method_ == Method::CLAWS ? clawsFlags() : SearchFlags{};
         fennsSort(xyz, n);
         break;
       case Method::CountingSort:
@@ -547,6 +549,7 @@ public:
         bruteForceSearch<<<blocksFor(n), threadsPerBlock, 0, stream_>>>(particles_, n, problem_->radiusSquared, op);
         break;
       case Method::FENNS:
+      case Method::CLAWS:
         launchFenns(op);
         break;
       case Method::RadixSort:
@@ -647,7 +650,7 @@ private:
   {
     const int cells = static_cast<int>(fenns_.coarse.cellCount());
     const float r2 = problem_->radiusSquared;
-    if (fennsScatter_)
+    if (method_ == Method::FENNS && fennsScatter_)
     {
       const std::size_t bytes = fennsScatterSharedBytes<Op>(fenns_.fineCells);
       NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearchScatter<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -657,22 +660,54 @@ private:
         fenns_, particles_, cellStart_.get(), cellCount_.get(), orderToInput_, r2, op);
       return;
     }
-    const std::size_t bytes = fennsSharedBytes(fenns_.fineCells);
-    auto kernel = fennsSearch<Op, false, false>;
-    NG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+    const std::size_t bytes = fennsSharedBytes<Op>(fenns_.fineCells);
+    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
       "raising the FENNS search's shared-memory limit");
-    kernel<<<cells, fennsThreads, bytes, stream_>>>(
-      fenns_, particles_, cellStart_.get(), cellCount_.get(), orderToInput_, r2, op);
+    fennsSearch<<<cells, fennsThreads, bytes, stream_>>>(fenns_, particles_, layout_, orderToInput_, r2, op, flags_);
   }
 
-  /// Auto's rule, from Testing/Benchmarks/results-H100.csv (all rows of FENNS Tables 1-3 and
-  /// CLAWS Tables 1-2 on an H100): with cells of size R, the two sort baselines share one search
-  /// and differ in the sort. Up to about 1M points Counting Sort's atomic counting is the cheaper
-  /// sort (524k points: 0.11 against 0.15 ms; 1M: 0.42 against 0.43 ms); from 2M on the radix
-  /// sort wins (2M: 1.05 against 1.11 ms, 4M: 3.02 against 3.21 ms, 8M: 9.7 against 10.2 ms).
-  /// FENNS was fastest only where the baselines were held to FENNS's coarse grid (FENNS Table 2).
-  static Method chooseMethod(const Problem& p)
+  /// CLAWS's ideas, all on unless NEIGHBORGRID_CLAWS_DISABLE names some of them (a comma-separated
+  /// list of symmetric, reorder, merged, warps): a benchmarking knob to show what each one buys.
+  static SearchFlags clawsFlags()
   {
+    SearchFlags flags;
+    flags.symmetric = flags.clawsLayout = flags.merged = flags.balancedWarps = true;
+    if (const char* disabled = std::getenv("NEIGHBORGRID_CLAWS_DISABLE"))
+    {
+      const std::string list = std::string(",") + disabled + ",";
+      flags.symmetric = list.find(",symmetric,") == std::string::npos;
+      flags.clawsLayout = list.find(",reorder,") == std::string::npos;
+      flags.merged = list.find(",merged,") == std::string::npos;
+      flags.balancedWarps = list.find(",warps,") == std::string::npos;
+    }
+    return flags;
+  }
+
+  /// Auto's rule, from Testing/Benchmarks/results-H100.csv (every row of FENNS Tables 1-3 and
+  /// CLAWS Tables 1-2 on an H100, Testing/Benchmarks/RESULTS.md):
+  ///  - With cells of size R the two sort baselines share one search and differ in the sort. Up
+  ///    to about 1M points Counting Sort's atomic counting is the cheaper sort (524k points: 0.11
+  ///    against 0.15 ms); from 2M on the radix sort wins (4M: 3.2 against 3.4 ms).
+  ///  - FENNS wins only where the baselines' grid is much coarser than R (FENNS Table 2, where
+  ///    they are held to FENNS's 18^3 grid: 0.25 against 0.85 ms at 524k points, 1.5 against
+  ///    41 ms at 4M): when a 27-cell lookup in the baseline grid would test more than 4 times the
+  ///    candidates of FENNS's fine grid (cells of R), and more than 100 of them per point.
+  Method chooseMethod(const Problem& p) const
+  {
+    const int n = static_cast<int>(p.count);
+    const Grid baseline = baselineGrid(n);
+    double volume = 1.0;
+    const double fineCell = p.radius * cellMargin;
+    for (int a = 0; a < 3; ++a)
+    {
+      volume *= std::max(double(p.extent[a]), fineCell);
+    }
+    const double baselineCandidates = 27.0 * double(n) / double(baseline.cellCount());
+    const double fennsCandidates = 27.0 * double(n) / volume * fineCell * fineCell * fineCell;
+    if (baselineCandidates > 100.0 && baselineCandidates > 4.0 * fennsCandidates)
+    {
+      return Method::FENNS;
+    }
     return p.count >= 1500000 ? Method::RadixSort : Method::CountingSort;
   }
 
@@ -682,11 +717,12 @@ private:
   Grid baselineGrid(int n) const
   {
     double radius = problem_->radius;
+    const float* extent = problem_->extent;
     if (const char* size = std::getenv("NEIGHBORGRID_BASELINE_CELL_SIZE"))
     {
       radius = std::max(radius, std::atof(size) / cellMargin);
     }
-    return makeGrid(problem_->extent, radius, std::max<std::int64_t>(2 * std::int64_t(n), 1 << 20));
+    return makeGrid(extent, radius, std::max<std::int64_t>(2 * std::int64_t(n), 1 << 20));
   }
 
   /// Green: sort (cell hash, index) pairs, find cell ranges, gather positions in cell order.
@@ -743,7 +779,10 @@ private:
     // wider than R by that much, so a neighbor is never classed inner or two fine cells away.
     const double slack = extentMax * std::ldexp(1.0, -20);
     const double minCell = p.radius * cellMargin + slack;
-    const std::int64_t maxCells = std::max<std::int64_t>(1, sharedMemoryPerBlock_ / sizeof(int) - 64);
+    // The sort counts per cell (FENNS) or per inner and border section (CLAWS) in shared memory.
+    const int countersPerCell = flags_.clawsLayout ? 2 : 1;
+    const std::int64_t maxCells =
+      std::max<std::int64_t>(1, sharedMemoryPerBlock_ / (sizeof(int) * countersPerCell) - 64);
     auto cellsFor = [&](double size) {
       std::int64_t total = 1;
       for (int a = 0; a < 3; ++a)
@@ -770,7 +809,8 @@ private:
     g.fineOffset = g.border;
     const double span = double(g.coarseCellSize) + 2.0 * double(g.border);
     int f = std::max(1, std::min(32, static_cast<int>(std::floor(span / minCell + 1e-9))));
-    while (f > 1 && std::max(fennsSharedBytes(f * f * f), fennsScatterSharedBytes<SmoothingOperation<4>>(f * f * f)) +
+    while (f > 1 &&
+      std::max(fennsSharedBytes<SmoothingOperation<4>>(f * f * f), fennsScatterSharedBytes<SmoothingOperation<4>>(f * f * f)) +
           4096 > static_cast<std::size_t>(sharedMemoryPerBlock_))
     {
       --f;
@@ -781,39 +821,55 @@ private:
     return g;
   }
 
-  /// FENNS sort parts 1 and 2 (Fenns.cuh). cellStart_ ends up holding each cell's start (cells + 1
-  /// entries, the last n) and cellCount_ each cell's inner start.
+  /// FENNS sort parts 1 and 2 (Fenns.cuh): cellStart_ ends up holding each cell's start (cells + 1
+  /// entries, the last n) and cellCount_ each cell's inner start. With the CLAWS layout, cellStart_
+  /// holds the starts of the 2 * cells sections (inner sections, then border sections) and n.
   void fennsSort(const float* xyz, int n)
   {
     fenns_ = planFenns(*problem_, n);
     const int cells = static_cast<int>(fenns_.coarse.cellCount());
-    int* counts = cellStart_.ensure(cells + 1, "coarse cell counts and starts");
+    const int sections = flags_.clawsLayout ? 2 * cells : cells;
+    int* counts = cellStart_.ensure(sections + 1, "coarse cell counts and starts");
     int* innerStart = cellCount_.ensure(cells + 1, "coarse cell inner starts");
     particles_ = ordered_.ensure(n, "particles (cell order)");
     orderToInput_ = orderToInputBuffer_.ensure(n, "cell order to input order");
-    const std::size_t sharedBytes = sizeof(int) * cells;
-    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsCount, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes)),
-      "raising the FENNS count's shared-memory limit");
+    const std::size_t sharedBytes = sizeof(int) * sections;
+    auto countKernel = flags_.clawsLayout ? clawsCount : fennsCount;
+    NG_CUDA_CHECK(cudaFuncSetAttribute(countKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes)),
+      "raising the coarse count's shared-memory limit");
     NG_CUDA_CHECK(cudaFuncSetAttribute(fennsReorder, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes)),
       "raising the FENNS reorder's shared-memory limit");
     // A grid-stride loop over all particles with as many resident blocks as fit: each block
     // flushes its shared counters once, so fewer, fuller blocks mean fewer global atomics.
     int perSm = 0;
-    NG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, fennsReorder, 1024, sharedBytes),
-      "FENNS occupancy");
+    NG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, countKernel, 1024, sharedBytes),
+      "coarse count occupancy");
     const int blocks = std::max(1, std::min(blocksFor(n) / 4 + 1, std::max(1, perSm) * multiprocessors_));
 
-    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int) * (cells + 1), stream_), "clearing coarse counts");
-    fennsCount<<<blocks, 1024, sharedBytes, stream_>>>(xyz, n, fenns_, counts);
-    NG_CUDA_CHECK_LAUNCH("fennsCount");
-    // Exclusive sums (border sections fill from each cell's start) and inclusive sums (inner
-    // sections fill from each cell's end), as in the paper.
+    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int) * (sections + 1), stream_), "clearing coarse counts");
+    countKernel<<<blocks, 1024, sharedBytes, stream_>>>(xyz, n, fenns_, counts);
+    NG_CUDA_CHECK_LAUNCH("coarse count");
     std::size_t exclusiveBytes = 0, inclusiveBytes = 0;
     NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, exclusiveBytes, counts, innerStart, cells + 1, stream_),
       "sizing the coarse scan");
-    NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, inclusiveBytes, counts, counts, cells + 1, stream_),
+    NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, inclusiveBytes, counts, counts, sections + 1, stream_),
       "sizing the coarse scan");
     void* scratch = scanScratch_.ensure(std::max(exclusiveBytes, inclusiveBytes), "scan scratch");
+    if (flags_.clawsLayout)
+    {
+      // CLAWS: one inclusive scan gives every section's end; particles fill sections from the end.
+      NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(scratch, inclusiveBytes, counts, counts, sections + 1, stream_),
+        "inclusive scan of section counts");
+      const int reorderBlocks = std::min(blocksFor(n), 32 * multiprocessors_);
+      clawsReorder<<<reorderBlocks, threadsPerBlock, 0, stream_>>>(xyz, n, fenns_, counts, particles_, orderToInput_);
+      NG_CUDA_CHECK_LAUNCH("clawsReorder");
+      layout_ = CellLayout{ counts, nullptr, cells, true };
+      report_->extraDeviceBytes = std::int64_t(sizeof(int)) * (sections + 1) + std::int64_t(sizeof(Particle)) * n +
+        std::int64_t(sizeof(int)) * n + std::int64_t(inclusiveBytes);
+      return;
+    }
+    // FENNS: exclusive sums (border sections fill from each cell's start) and inclusive sums
+    // (inner sections fill from each cell's end), as in the paper.
     NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scratch, exclusiveBytes, counts, innerStart, cells + 1, stream_),
       "exclusive scan of coarse counts");
     NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(scratch, inclusiveBytes, counts, counts, cells + 1, stream_),
@@ -825,6 +881,7 @@ private:
     NG_CUDA_CHECK_LAUNCH("fennsReorder");
     fennsCellStarts<<<blocksFor(cells), threadsPerBlock, 0, stream_>>>(cells, borderCount, counts);
     NG_CUDA_CHECK_LAUNCH("fennsCellStarts");
+    layout_ = CellLayout{ counts, innerStart, cells, false };
     report_->extraDeviceBytes = std::int64_t(sizeof(int)) * (3 * cells + 2) + std::int64_t(sizeof(Particle)) * n +
       std::int64_t(sizeof(int)) * n + std::int64_t(std::max(exclusiveBytes, inclusiveBytes));
   }
@@ -946,6 +1003,8 @@ private:
   bool fennsScatter_ = false;
   Method method_ = Method::CountingSort;
   FennsGrid fenns_;
+  SearchFlags flags_;
+  CellLayout layout_;
   cudaStream_t stream_ = nullptr;
   std::vector<cudaEvent_t> events_;
   std::size_t eventsUsed_ = 0;

@@ -40,6 +40,8 @@ const char* toString(Method m)
       return "FENNS";
     case Method::RadixSort:
       return "Radix Sort";
+    case Method::CLAWS:
+      return "CLAWS";
   }
   return "?";
 }
@@ -132,7 +134,7 @@ void validate(const Request& r)
   }
   if (!validEnum(r.operation, Operation::Smoothing) || !validEnum(r.kernel, Kernel::WendlandC2) ||
     !validEnum(r.normalization, Normalization::SPH) || !validEnum(r.backend, Backend::CPU) ||
-    !validEnum(r.method, Method::RadixSort) ||
+    !validEnum(r.method, Method::CLAWS) ||
     !validEnum(r.points.type, ScalarType::Float64))
   {
     fail("an enumeration in the request has an invalid value");
@@ -381,7 +383,8 @@ Report Engine::run(const Request& request)
       }
     }
   }
-  if (backend == Backend::CPU && (request.method == Method::FENNS || request.method == Method::RadixSort))
+  if (backend == Backend::CPU &&
+    (request.method == Method::FENNS || request.method == Method::RadixSort || request.method == Method::CLAWS))
   {
     fail(std::string("the method ") + toString(request.method) + " runs on the CUDA backend only (" +
       report.backendReason + "); choose Counting Sort or Brute Force for the CPU");

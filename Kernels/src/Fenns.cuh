@@ -306,7 +306,49 @@ __global__ void __launch_bounds__(fennsScatterBlockSize) fennsSearchScatter(Fenn
 // that the paper streams past the chunk (the rest of the cell, the in-range border particles) are
 // binned into a second fine grid in shared memory, and every chunk particle looks up its 27 fine
 // cells there. Lanes then own consecutive particles of one fine cell, walk the same cells and stay
-// converged, and sums stay in registers, with no atomics.
+// converged, and sums stay in registers.
+//
+// The same kernel runs CLAWS (Groß et al. 2020) with SearchFlags:
+//  - symmetric: pairs inside the loaded chunk are evaluated once, by the particle that comes first
+//    in fine-grid order, and applied to both (the other one through shared-memory atomics);
+//  - clawsLayout: cells are sorted inner sections first (all cells), then border sections (all
+//    cells), so the border sections of neighboring cells lie next to each other;
+//  - merged: lookups read runs of three consecutive cells as one range: 27 fine-cell lookups
+//    become 9 and, with clawsLayout, the 26 neighbor border sections become 10 runs;
+//  - balancedWarps: the neighbors' border particles are dealt out to all warps in runs of 32,
+//    instead of one warp per neighbor cell (see fennsSearch).
+
+struct SearchFlags
+{
+  bool symmetric = false;
+  bool clawsLayout = false;
+  bool merged = false;
+  bool balancedWarps = false;
+};
+
+/// Where a cell's particles are. FENNS layout: cell c is [start[c], start[c + 1]), its border
+/// section [start[c], innerStart[c]). CLAWS layout: start has 2 * cells + 1 entries: inner section
+/// of c [start[c], start[c + 1]), border section [start[cells + c], start[cells + c + 1]).
+struct CellLayout
+{
+  const int* start = nullptr;
+  const int* innerStart = nullptr;
+  int cells = 0;
+  bool claws = false;
+
+  __device__ void ownRanges(int c, int& a0, int& aLength, int& b0, int& bLength) const
+  {
+    a0 = start[c];
+    aLength = start[c + 1] - a0;
+    b0 = claws ? start[cells + c] : 0;
+    bLength = claws ? start[cells + c + 1] - b0 : 0;
+  }
+  __device__ void borderRange(int c, int& begin, int& end) const
+  {
+    begin = claws ? start[cells + c] : start[c];
+    end = claws ? start[cells + c + 1] : innerStart[c];
+  }
+};
 
 #ifndef NEIGHBORGRID_FENNS_THREADS
 #define NEIGHBORGRID_FENNS_THREADS 256
@@ -323,12 +365,15 @@ constexpr int fennsPerThread = NEIGHBORGRID_FENNS_PER_THREAD; // chunk particles
 constexpr int fennsChunk = fennsThreads * fennsPerThread;   // particles per chunk
 constexpr int fennsBatch = fennsChunk;                      // neighbors binned per round
 constexpr int fennsWarpQuota = fennsBatch / fennsWarps;     // staging slots per warp and round
+constexpr int maxNeighborRuns = 26;
 
 /// Dynamic shared memory of one search block: staging and binned batch (positions and indices),
-/// and the fine grid's cell starts.
-inline std::size_t fennsSharedBytes(int fineCells)
+/// the symmetric sums of the chunk, and the fine grid's cell starts.
+template <class Op>
+std::size_t fennsSharedBytes(int fineCells)
 {
-  return 2 * fennsBatch * (sizeof(Particle) + sizeof(int)) + (fineCells + 1) * sizeof(int);
+  return 2 * fennsBatch * (sizeof(Particle) + sizeof(int)) + fennsChunk * Op::Terms * sizeof(typename Op::Value) +
+    (fineCells + 1) * sizeof(int);
 }
 
 __device__ __forceinline__ int fineClamped(const FennsGrid& g, float local)
@@ -359,12 +404,14 @@ __device__ void blockExclusiveScan(int* data, int count, typename cub::BlockScan
   }
 }
 
+template <class Value>
 struct FennsBlockState
 {
   Particle* stageP;
   int* stageJ;
   Particle* batchP;
   int* batchJ;
+  Value* chunkSums; // symmetric: what the chunk's particles receive from each other
   int* fineStart;
   int* warpCount;
   float ox, oy, oz;
@@ -372,7 +419,8 @@ struct FennsBlockState
 
 /// Bins the staged particles (per-warp runs of warpCount[w] in slots w * quota ...) into the fine
 /// grid: batchP/batchJ in fine-cell order, fineStart the exclusive starts.
-__device__ void binBatch(const FennsGrid& g, const FennsBlockState& s,
+template <class Value>
+__device__ void binBatch(const FennsGrid& g, const FennsBlockState<Value>& s,
   cub::BlockScan<int, fennsThreads>::TempStorage& scanStorage)
 {
   const int entries = g.fineCells + 1;
@@ -413,30 +461,37 @@ __device__ void binBatch(const FennsGrid& g, const FennsBlockState& s,
   __syncthreads();
 }
 
-/// Stages particles [begin, end) of the ordered array (at most a chunk) and bins them.
-__device__ void binRange(const FennsGrid& g, const FennsBlockState& s, const Particle* __restrict__ ordered,
-  int begin, int end, cub::BlockScan<int, fennsThreads>::TempStorage& scanStorage)
+/// Stages `count` (at most a chunk) of the cell's own particles, from position `first` of the
+/// cell's sequence (range a, then range b), and bins them.
+template <class Value>
+__device__ void binOwn(const FennsGrid& g, const FennsBlockState<Value>& s, const Particle* __restrict__ ordered,
+  int a0, int aLength, int b0, int first, int count, cub::BlockScan<int, fennsThreads>::TempStorage& scanStorage)
 {
-  const int count = end - begin;
   if (threadIdx.x < fennsWarps)
   {
     s.warpCount[threadIdx.x] = min(max(count - static_cast<int>(threadIdx.x) * fennsWarpQuota, 0), fennsWarpQuota);
   }
   for (int q = threadIdx.x; q < count; q += fennsThreads)
   {
-    s.stageP[q] = ordered[begin + q];
-    s.stageJ[q] = begin + q;
+    const int position = first + q;
+    const int j = position < aLength ? a0 + position : b0 + (position - aLength);
+    s.stageP[q] = ordered[j];
+    s.stageJ[q] = j;
   }
   __syncthreads();
   binBatch(g, s, scanStorage);
 }
 
-/// Every owned particle against the binned batch, through the 27 fine cells around it (or 9 runs
-/// of three cells, consecutive in memory, with MergedLookups).
-template <class Op, bool MergedLookups>
-__device__ __forceinline__ void gatherBatch(const FennsGrid& g, const FennsBlockState& s, const Particle (&mine)[fennsPerThread],
-  const bool (&owned)[fennsPerThread], RegisterSums<Op> (&sums)[fennsPerThread], float r2max, const Op& op)
+/// Every owned particle against the binned batch, through the 27 fine cells around it (9 runs of
+/// three with `merged`). With `halfShell` (symmetric, the batch is the own chunk) a pair is
+/// evaluated only by the particle earlier in fine-grid order, and the other one's terms go to
+/// chunkSums; the particle itself is added once.
+template <class Op>
+__device__ __forceinline__ void gatherBatch(const FennsGrid& g, const FennsBlockState<typename Op::Value>& s,
+  const Particle (&mine)[fennsPerThread], const int (&mineJ)[fennsPerThread], const bool (&owned)[fennsPerThread],
+  RegisterSums<Op> (&sums)[fennsPerThread], float r2max, const Op& op, bool merged, bool halfShell)
 {
+  using Value = typename Op::Value;
   const int f = g.fineDim;
 #pragma unroll
   for (int i = 0; i < fennsPerThread; ++i)
@@ -446,40 +501,51 @@ __device__ __forceinline__ void gatherBatch(const FennsGrid& g, const FennsBlock
       continue;
     }
     const Particle p = mine[i];
+    const int slot = threadIdx.x + i * fennsThreads; // the chunk is binned in the batch
+    if (halfShell)
+    {
+      sums[i].add(op, mineJ[i], p, 0.0f);
+    }
     const int fx = fineClamped(g, p.x - s.ox), fy = fineClamped(g, p.y - s.oy), fz = fineClamped(g, p.z - s.oz);
     const int x0 = max(fx - 1, 0), x1 = min(fx + 1, f - 1);
+    auto visitRange = [&](int begin, int end) {
+      if (halfShell)
+      {
+        begin = max(begin, slot + 1);
+      }
+      for (int k = begin; k < end; ++k)
+      {
+        const Particle q = s.batchP[k];
+        const float r2 = squaredDistance(p, q);
+        if (r2 <= r2max)
+        {
+          sums[i].add(op, s.batchJ[k], q, r2);
+          if (halfShell)
+          {
+            Value t[Op::Terms];
+            op.pair(t, mineJ[i], p, r2);
+            for (int term = 0; term < Op::Terms; ++term)
+            {
+              atomicAdd(s.chunkSums + k * Op::Terms + term, t[term]);
+            }
+          }
+        }
+      }
+    };
     for (int z = max(fz - 1, 0); z <= min(fz + 1, f - 1); ++z)
     {
       for (int y = max(fy - 1, 0); y <= min(fy + 1, f - 1); ++y)
       {
         const int row = (z * f + y) * f;
-        if (MergedLookups)
+        if (merged)
         {
-          const int end = s.fineStart[row + x1 + 1];
-          for (int k = s.fineStart[row + x0]; k < end; ++k)
-          {
-            const Particle q = s.batchP[k];
-            const float r2 = squaredDistance(p, q);
-            if (r2 <= r2max)
-            {
-              sums[i].add(op, s.batchJ[k], q, r2);
-            }
-          }
+          visitRange(s.fineStart[row + x0], s.fineStart[row + x1 + 1]);
         }
         else
         {
           for (int x = x0; x <= x1; ++x)
           {
-            const int end = s.fineStart[row + x + 1];
-            for (int k = s.fineStart[row + x]; k < end; ++k)
-            {
-              const Particle q = s.batchP[k];
-              const float r2 = squaredDistance(p, q);
-              if (r2 <= r2max)
-              {
-                sums[i].add(op, s.batchJ[k], q, r2);
-              }
-            }
+            visitRange(s.fineStart[row + x], s.fineStart[row + x + 1]);
           }
         }
       }
@@ -487,36 +553,38 @@ __device__ __forceinline__ void gatherBatch(const FennsGrid& g, const FennsBlock
   }
 }
 
-/// The FENNS search. BalancedWarps: instead of one warp per neighbor cell, the 26 border sections
-/// are cut into runs of 32 particles dealt out to all warps in turn (every warp gets the same
-/// share, whatever the cells hold; used by CLAWS).
-template <class Op, bool MergedLookups, bool BalancedWarps>
-__global__ void __launch_bounds__(fennsThreads, NEIGHBORGRID_FENNS_MIN_BLOCKS) fennsSearch(FennsGrid g, const Particle* __restrict__ ordered,
-  const int* __restrict__ cellStart, const int* __restrict__ innerStart, const int* __restrict__ orderToInput,
-  float r2max, Op op)
+/// The FENNS search (and CLAWS, by flags). One block per coarse cell.
+template <class Op>
+__global__ void __launch_bounds__(fennsThreads, NEIGHBORGRID_FENNS_MIN_BLOCKS) fennsSearch(FennsGrid g,
+  const Particle* __restrict__ ordered, CellLayout layout, const int* __restrict__ orderToInput, float r2max, Op op,
+  SearchFlags flags)
 {
+  using Value = typename Op::Value;
   __shared__ typename cub::BlockScan<int, fennsThreads>::TempStorage scanStorage;
   __shared__ int warpCount[fennsWarps];
-  __shared__ int rangeStart[26];
-  __shared__ int rangeLength[26];
-  __shared__ int rangePrefix[27];
+  __shared__ int rangeStart[maxNeighborRuns];
+  __shared__ int rangeLength[maxNeighborRuns];
+  __shared__ int rangePrefix[maxNeighborRuns + 1];
+  __shared__ int rangeCount;
   extern __shared__ __align__(16) unsigned char sharedBytes[];
 
   const int cell = blockIdx.x;
-  const int cellBegin = cellStart[cell];
-  const int cellEnd = cellStart[cell + 1];
-  if (cellBegin == cellEnd)
+  int a0, aLength, b0, bLength;
+  layout.ownRanges(cell, a0, aLength, b0, bLength);
+  const int cellCount = aLength + bLength;
+  if (cellCount == 0)
   {
     return; // uniform across the block
   }
   const int dimX = g.coarse.dimX, dimY = g.coarse.dimY, dimZ = g.coarse.dimZ;
   const int cx = cell % dimX, cy = (cell / dimX) % dimY, cz = cell / (dimX * dimY);
-  FennsBlockState s;
+  FennsBlockState<Value> s;
   s.stageP = reinterpret_cast<Particle*>(sharedBytes);
   s.batchP = s.stageP + fennsBatch;
   s.stageJ = reinterpret_cast<int*>(s.batchP + fennsBatch);
   s.batchJ = s.stageJ + fennsBatch;
-  s.fineStart = s.batchJ + fennsBatch;
+  s.chunkSums = reinterpret_cast<Value*>(s.batchJ + fennsBatch);
+  s.fineStart = reinterpret_cast<int*>(s.chunkSums + fennsChunk * Op::Terms);
   s.warpCount = warpCount;
   s.ox = g.cellOrigin(cx);
   s.oy = g.cellOrigin(cy);
@@ -524,39 +592,76 @@ __global__ void __launch_bounds__(fennsThreads, NEIGHBORGRID_FENNS_MIN_BLOCKS) f
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int f = g.fineDim;
 
-  // The border sections of the 26 neighbors (empty outside the grid).
-  if (threadIdx.x < 26)
-  {
-    const int w = threadIdx.x < 13 ? threadIdx.x : threadIdx.x + 1; // skip the cell itself
-    const int nx = cx + w % 3 - 1, ny = cy + (w / 3) % 3 - 1, nz = cz + w / 9 - 1;
-    int start = 0, length = 0;
-    if (nx >= 0 && ny >= 0 && nz >= 0 && nx < dimX && ny < dimY && nz < dimZ)
-    {
-      const int neighbor = (nz * dimY + ny) * dimX + nx;
-      start = cellStart[neighbor];
-      length = innerStart[neighbor] - start;
-    }
-    rangeStart[threadIdx.x] = start;
-    rangeLength[threadIdx.x] = length;
-  }
-  __syncthreads();
+  // The neighbors' border sections: 26 ranges, or with the CLAWS layout and merged lookups, one
+  // run per row of three cells (two in the cell's own row, which leaves the cell itself out).
   if (threadIdx.x == 0)
   {
+    int runs = 0;
+    for (int dz = -1; dz <= 1; ++dz)
+    {
+      for (int dy = -1; dy <= 1; ++dy)
+      {
+        const int ny = cy + dy, nz = cz + dz;
+        if (ny < 0 || nz < 0 || ny >= dimY || nz >= dimZ)
+        {
+          continue;
+        }
+        const int x0 = max(cx - 1, 0), x1 = min(cx + 1, dimX - 1);
+        const int row = (nz * dimY + ny) * dimX;
+        auto addRun = [&](int begin, int end) {
+          if (end > begin)
+          {
+            rangeStart[runs] = begin;
+            rangeLength[runs] = end - begin;
+            ++runs;
+          }
+        };
+        if (flags.merged && layout.claws)
+        {
+          const int* border = layout.start + layout.cells;
+          if (dy == 0 && dz == 0)
+          {
+            addRun(border[row + x0], border[row + cx]);
+            addRun(border[row + cx + 1], border[row + x1 + 1]);
+          }
+          else
+          {
+            addRun(border[row + x0], border[row + x1 + 1]);
+          }
+        }
+        else
+        {
+          for (int x = x0; x <= x1; ++x)
+          {
+            if (dy == 0 && dz == 0 && x == cx)
+            {
+              continue;
+            }
+            int begin, end;
+            layout.borderRange(row + x, begin, end);
+            addRun(begin, end);
+          }
+        }
+      }
+    }
+    rangeCount = runs;
     int total = 0;
-    for (int r = 0; r < 26; ++r)
+    for (int r = 0; r < runs; ++r)
     {
       rangePrefix[r] = total;
       total += rangeLength[r];
     }
-    rangePrefix[26] = total;
+    rangePrefix[runs] = total;
   }
   __syncthreads();
+  const int runs = rangeCount;
+  const int total = rangePrefix[runs];
 
-  for (int base = cellBegin; base < cellEnd; base += fennsChunk)
+  for (int base = 0; base < cellCount; base += fennsChunk)
   {
-    const int chunkEnd = min(base + fennsChunk, cellEnd);
+    const int chunkCount = min(fennsChunk, cellCount - base);
     // The chunk, binned; each thread takes consecutive particles of the fine-cell order.
-    binRange(g, s, ordered, base, chunkEnd, scanStorage);
+    binOwn(g, s, ordered, a0, aLength, b0, base, chunkCount, scanStorage);
     Particle mine[fennsPerThread];
     int mineJ[fennsPerThread];
     bool owned[fennsPerThread];
@@ -565,39 +670,56 @@ __global__ void __launch_bounds__(fennsThreads, NEIGHBORGRID_FENNS_MIN_BLOCKS) f
     for (int i = 0; i < fennsPerThread; ++i)
     {
       const int slot = threadIdx.x + i * fennsThreads;
-      owned[i] = slot < chunkEnd - base;
+      owned[i] = slot < chunkCount;
       mine[i] = owned[i] ? s.batchP[slot] : Particle{ 0, 0, 0, 0 };
       mineJ[i] = owned[i] ? s.batchJ[slot] : 0;
     }
+    if (flags.symmetric)
+    {
+      for (int k = threadIdx.x; k < chunkCount * Op::Terms; k += fennsThreads)
+      {
+        s.chunkSums[k] = Value(0);
+      }
+      __syncthreads();
+    }
     // Stage 1: the cell's own particles, chunk by chunk (this chunk first: it is binned already).
-    gatherBatch<Op, MergedLookups>(g, s, mine, owned, sums, r2max, op);
-    for (int other = cellBegin; other < cellEnd; other += fennsChunk)
+    gatherBatch(g, s, mine, mineJ, owned, sums, r2max, op, flags.merged, flags.symmetric);
+    if (flags.symmetric)
+    {
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < fennsPerThread; ++i)
+      {
+        if (owned[i])
+        {
+          sums[i].addTerms(s.chunkSums + (threadIdx.x + i * fennsThreads) * Op::Terms);
+        }
+      }
+    }
+    for (int other = 0; other < cellCount; other += fennsChunk)
     {
       if (other == base)
       {
         continue;
       }
       __syncthreads();
-      binRange(g, s, ordered, other, min(other + fennsChunk, cellEnd), scanStorage);
-      gatherBatch<Op, MergedLookups>(g, s, mine, owned, sums, r2max, op);
+      binOwn(g, s, ordered, a0, aLength, b0, other, min(fennsChunk, cellCount - other), scanStorage);
+      gatherBatch(g, s, mine, mineJ, owned, sums, r2max, op, flags.merged, false);
     }
 
     // Stage 2: border particles of the neighbors that reach into the fine grid, in rounds of at
     // most one batch. Each warp stages into its own slots, compacting with a ballot.
-    int range = warp, position = 0;  // one warp per neighbor cell
-    int run = warp;                  // balanced: the next run of 32 in the concatenated sections
-    const int total = rangePrefix[26];
+    int range = warp, position = 0; // one warp per neighbor cell (per run)
+    int run = warp;                 // balanced: the next run of 32 in the concatenated sections
     for (;;)
     {
       int appended = 0;
       for (;;)
       {
         int j = -1;
-        bool more;
-        if (BalancedWarps)
+        if (flags.balancedWarps)
         {
-          more = run * 32 < total && appended + 32 <= fennsWarpQuota;
-          if (!more)
+          if (!(run * 32 < total && appended + 32 <= fennsWarpQuota))
           {
             break;
           }
@@ -615,13 +737,12 @@ __global__ void __launch_bounds__(fennsThreads, NEIGHBORGRID_FENNS_MIN_BLOCKS) f
         }
         else
         {
-          while (range < 26 && position >= rangeLength[range])
+          while (range < runs && position >= rangeLength[range])
           {
             range += fennsWarps;
             position = 0;
           }
-          more = range < 26 && appended + 32 <= fennsWarpQuota;
-          if (!more)
+          if (!(range < runs && appended + 32 <= fennsWarpQuota))
           {
             break;
           }
@@ -652,15 +773,15 @@ __global__ void __launch_bounds__(fennsThreads, NEIGHBORGRID_FENNS_MIN_BLOCKS) f
       {
         warpCount[warp] = appended;
       }
-      while (!BalancedWarps && range < 26 && position >= rangeLength[range])
+      while (!flags.balancedWarps && range < runs && position >= rangeLength[range])
       {
         range += fennsWarps;
         position = 0;
       }
-      const bool remaining = BalancedWarps ? run * 32 < total : range < 26;
+      const bool remaining = flags.balancedWarps ? run * 32 < total : range < runs;
       const bool anyRemaining = __syncthreads_or(remaining);
       binBatch(g, s, scanStorage);
-      gatherBatch<Op, MergedLookups>(g, s, mine, owned, sums, r2max, op);
+      gatherBatch(g, s, mine, mineJ, owned, sums, r2max, op, flags.merged, false);
       __syncthreads();
       if (!anyRemaining)
       {
@@ -677,6 +798,52 @@ __global__ void __launch_bounds__(fennsThreads, NEIGHBORGRID_FENNS_MIN_BLOCKS) f
       }
     }
     __syncthreads();
+  }
+}
+
+// --- CLAWS sort: inner sections of all cells first, then border sections ------------------------
+/// Counts per section (inner of c at c, border of c at cells + c) in shared memory, then global.
+__global__ void clawsCount(const float* __restrict__ xyz, int n, FennsGrid g, int* __restrict__ counts)
+{
+  extern __shared__ int sharedCounts[];
+  const int cells = static_cast<int>(g.coarse.cellCount());
+  for (int c = threadIdx.x; c < 2 * cells; c += blockDim.x)
+  {
+    sharedCounts[c] = 0;
+  }
+  __syncthreads();
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+  {
+    const Particle p{ xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2], 1.0f };
+    const int cx = g.coarse.cellX(p), cy = g.coarse.cellY(p), cz = g.coarse.cellZ(p);
+    const bool border = inBorder(g, p.x - g.cellOrigin(cx), p.y - g.cellOrigin(cy), p.z - g.cellOrigin(cz));
+    atomicAdd(sharedCounts + g.coarse.cellIndex(cx, cy, cz) + (border ? cells : 0), 1);
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < 2 * cells; c += blockDim.x)
+  {
+    if (sharedCounts[c])
+    {
+      atomicAdd(counts + c, sharedCounts[c]);
+    }
+  }
+}
+
+/// On entry cursor holds the inclusive sums of the section counts (each section's end); particles
+/// fill each section from its end, so on exit cursor holds each section's start (the last entry,
+/// n, untouched).
+__global__ void clawsReorder(const float* __restrict__ xyz, int n, FennsGrid g, int* __restrict__ cursor,
+  Particle* __restrict__ ordered, int* __restrict__ orderToInput)
+{
+  const int cells = static_cast<int>(g.coarse.cellCount());
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+  {
+    const Particle p{ xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2], 1.0f };
+    const int cx = g.coarse.cellX(p), cy = g.coarse.cellY(p), cz = g.coarse.cellZ(p);
+    const bool border = inBorder(g, p.x - g.cellOrigin(cx), p.y - g.cellOrigin(cy), p.z - g.cellOrigin(cz));
+    const int slot = atomicSub(cursor + g.coarse.cellIndex(cx, cy, cz) + (border ? cells : 0), 1) - 1;
+    ordered[slot] = p;
+    orderToInput[slot] = i;
   }
 }
 

@@ -122,6 +122,11 @@ struct RegisterSums
   {
     Value t[Op::Terms];
     op.pair(t, j, pj, r2);
+    addTerms(t);
+  }
+  /// Adds terms accumulated elsewhere (CLAWS: what other threads added to this particle).
+  NG_HD void addTerms(const Value* t)
+  {
     for (int k = 0; k < Op::Terms; ++k)
     {
       if constexpr (compensated)

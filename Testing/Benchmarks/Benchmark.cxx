@@ -37,6 +37,7 @@ struct Scenario
   double radius;
   Operation operation;
   double baselineCellSize = 0; // FENNS Table 2: the baselines use the 18^3 grid of FENNS
+  bool clawsAblation = false;  // also CLAWS with each idea switched off in turn
 };
 
 /// The rows of FENNS Tables 1-3 and CLAWS Tables 1-2, plus the 4M density row of the issues.
@@ -96,7 +97,7 @@ std::vector<Scenario> scenarios(const std::string& table)
   }
   if (all || table == "issue" || table == "issue2")
   {
-    rows.push_back({ "4M-density", 4194304, 90.0, 1.5, Operation::Density });
+    rows.push_back({ "4M-density", 4194304, 90.0, 1.5, Operation::Density, 0.0, true });
   }
   if (table == "smoke")
   {
@@ -122,6 +123,7 @@ Method parseMethod(const std::string& name)
   if (name == "counting-sort") return Method::CountingSort;
   if (name == "radix-sort") return Method::RadixSort;
   if (name == "fenns") return Method::FENNS;
+  if (name == "claws") return Method::CLAWS;
   if (name == "brute-force") return Method::BruteForce;
   if (name == "auto") return Method::Auto;
   std::fprintf(stderr, "unknown method '%s'\n", name.c_str());
@@ -136,7 +138,7 @@ int main(int argc, char** argv)
   std::string csvPath;
   int runs = 21;
   Backend backend = Backend::Auto;
-  std::vector<Method> methods{ Method::CountingSort, Method::RadixSort, Method::FENNS, Method::Auto };
+  std::vector<Method> methods{ Method::CountingSort, Method::RadixSort, Method::FENNS, Method::CLAWS, Method::Auto };
   bool roofline = false;
   for (int i = 1; i < argc; ++i)
   {
@@ -175,7 +177,7 @@ int main(int argc, char** argv)
     {
       std::fprintf(stderr,
         "usage: %s [--table=issue|fenns1|fenns2|fenns3|claws1|claws2|all|smoke] [--runs=N] [--csv=FILE]\n"
-        "          [--methods=counting-sort,radix-sort,fenns,brute-force,auto] [--cpu] [--roofline]\n",
+        "          [--methods=counting-sort,radix-sort,fenns,claws,brute-force,auto] [--cpu] [--roofline]\n",
         argv[0]);
       return 2;
     }
@@ -239,44 +241,78 @@ int main(int argc, char** argv)
     const double averageNeighbors = double(countReport.neighborPairs) / double(s.n);
     const double paperNeighbors = double(s.n) / std::pow(s.scene / (2.0 * s.radius), 3.0);
 
+    // Methods take turns run by run, so drift of clocks or temperature touches them alike; small
+    // scenes, dominated by launch overheads, get more runs.
+    struct Series
+    {
+      Method method;
+      std::string clawsDisable; // NEIGHBORGRID_CLAWS_DISABLE for this series
+      std::string label;
+      Request request;
+      std::vector<double> resident;
+      std::map<std::string, std::vector<double>> perStage;
+      std::vector<std::string> stageOrder;
+      Report report;
+    };
+    std::vector<Series> series;
     for (Method method : methods)
     {
       if (method == Method::BruteForce && s.n > 600000)
       {
         continue; // quadratic: minutes per run at these sizes
       }
-      Request r = base;
-      r.operation = s.operation;
-      r.method = method;
-      r.density = density.data();
-      r.neighborCount = counts.data();
-      engine.run(r); // warm-up: allocations, module load
-      std::vector<double> resident;
-      std::map<std::string, std::vector<double>> perStage;
-      std::vector<std::string> stageOrder;
-      Report report;
-      for (int k = 0; k < runs; ++k)
+      std::vector<std::string> variants{ "" };
+      if (method == Method::CLAWS && s.clawsAblation)
       {
-        report = engine.run(r);
+        variants.insert(variants.end(), { "symmetric", "reorder", "merged", "warps" });
+      }
+      for (const std::string& variant : variants)
+      {
+        Series entry;
+        entry.method = method;
+        entry.clawsDisable = variant;
+        entry.label = variant.empty() ? "" : " without " + variant;
+        entry.request = base;
+        entry.request.operation = s.operation;
+        entry.request.method = method;
+        entry.request.density = density.data();
+        entry.request.neighborCount = counts.data();
+        setenv("NEIGHBORGRID_CLAWS_DISABLE", variant.c_str(), 1);
+        engine.run(entry.request); // warm-up: allocations, module load
+        series.push_back(std::move(entry));
+      }
+    }
+    const int rowRuns = s.n <= 100000 ? std::max(runs, 101) : runs;
+    for (int k = 0; k < rowRuns; ++k)
+    {
+      for (Series& entry : series)
+      {
+        setenv("NEIGHBORGRID_CLAWS_DISABLE", entry.clawsDisable.c_str(), 1);
+        entry.report = engine.run(entry.request);
         double device = 0;
-        for (const auto& stage : report.stages)
+        for (const auto& stage : entry.report.stages)
         {
           if (isDeviceResident(stage.stage))
           {
             device += stage.milliseconds;
           }
-          if (!perStage.count(stage.stage))
+          if (!entry.perStage.count(stage.stage))
           {
-            stageOrder.push_back(stage.stage);
+            entry.stageOrder.push_back(stage.stage);
           }
-          perStage[stage.stage].push_back(stage.milliseconds);
+          entry.perStage[stage.stage].push_back(stage.milliseconds);
         }
-        resident.push_back(device);
+        entry.resident.push_back(device);
       }
+    }
+    for (Series& entry : series)
+    {
+      const Report& report = entry.report;
+      const Method method = entry.method;
       std::ostringstream line;
       line << '"' << report.device << "\"," << s.table << ',' << s.n << ',' << s.scene << ',' << s.radius << ','
-           << toString(s.operation) << ',' << toString(method == Method::Auto ? Method::Auto : report.method) << ','
-           << median(resident) << ',' << report.extraDeviceBytes << ',' << averageNeighbors << '\n';
+           << toString(s.operation) << ',' << toString(method == Method::Auto ? Method::Auto : report.method)
+           << entry.label << ',' << median(entry.resident) << ',' << report.extraDeviceBytes << ',' << averageNeighbors << '\n';
       std::printf("%s", line.str().c_str());
       std::fflush(stdout);
       if (csv)
@@ -285,14 +321,16 @@ int main(int argc, char** argv)
         csv.flush();
       }
       std::fprintf(stderr, "%s n=%lld scene=%g R=%g %s%s%s (paper-formula neighbors %.2f):", s.table.c_str(),
-        static_cast<long long>(s.n), s.scene, s.radius, toString(method),
-        method == Method::Auto ? " -> " : "", method == Method::Auto ? toString(report.method) : "", paperNeighbors);
-      for (const auto& name : stageOrder)
+        static_cast<long long>(s.n), s.scene, s.radius, (toString(method) + entry.label).c_str(),
+        method == Method::Auto ? " -> " : "",
+        method == Method::Auto ? toString(report.method) : "", paperNeighbors);
+      for (const auto& name : entry.stageOrder)
       {
-        std::fprintf(stderr, " %s %.3f", name.c_str(), median(perStage[name]));
+        std::fprintf(stderr, " %s %.3f", name.c_str(), median(entry.perStage[name]));
       }
       std::fprintf(stderr, "\n");
     }
   }
+  unsetenv("NEIGHBORGRID_CLAWS_DISABLE");
   return 0;
 }

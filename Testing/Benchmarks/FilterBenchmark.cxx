@@ -55,7 +55,7 @@ int main(int argc, char** argv)
   } methods[] = { { vtkPointNeighborhoodFilter::METHOD_AUTO, "Auto" },
     { vtkPointNeighborhoodFilter::METHOD_COUNTING_SORT, "Counting Sort" },
     { vtkPointNeighborhoodFilter::METHOD_RADIX_SORT, "Radix Sort" },
-    { vtkPointNeighborhoodFilter::METHOD_FENNS, "FENNS" } };
+    { vtkPointNeighborhoodFilter::METHOD_FENNS, "FENNS" }, { vtkPointNeighborhoodFilter::METHOD_CLAWS, "CLAWS" } };
   for (const auto& m : methods)
   {
     vtkNew<vtkPointNeighborhoodFilter> filter;

@@ -134,6 +134,7 @@ void TestNeighborCountRandom()
   {
     methods.push_back(vtkPointNeighborhoodFilter::METHOD_FENNS);
     methods.push_back(vtkPointNeighborhoodFilter::METHOD_RADIX_SORT);
+    methods.push_back(vtkPointNeighborhoodFilter::METHOD_CLAWS);
   }
   for (int method : methods)
   {

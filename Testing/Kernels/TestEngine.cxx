@@ -83,6 +83,7 @@ std::vector<Method> methodsFor(const Scenario& s)
   {
     methods.push_back(Method::FENNS);
     methods.push_back(Method::RadixSort);
+    methods.push_back(Method::CLAWS);
   }
   // The CPU brute force is quadratic: keep CI fast.
   if (backendUnderTest == Backend::CUDA || s.count <= 5000)
@@ -392,7 +393,7 @@ TEST(EngineMethods, GpuOnlyMethodsOnTheCpuGiveAClearError)
 {
   Cloud cloud = ngtest::makeCloud("uniform", 200, 3.0, 14);
   std::vector<float> rho(200, -1.0f);
-  for (Method method : { Method::FENNS, Method::RadixSort })
+  for (Method method : { Method::FENNS, Method::RadixSort, Method::CLAWS })
   {
     Request r = baseRequest(cloud, 0.5, method);
     r.backend = Backend::CPU;
@@ -453,6 +454,59 @@ TEST(EngineMethods, FennsIsExactForAnyCoarseCellSize)
     }
   }
   unsetenv("NEIGHBORGRID_FENNS_TARGET");
+}
+
+// CLAWS with each of its ideas switched off in turn (and all of them), on clouds whose cells hold
+// several chunks, many duplicates and planar data: every combination must give the same results.
+TEST(EngineMethods, ClawsIsExactWithEachIdeaSwitchedOff)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "CLAWS runs on the CUDA backend only";
+  }
+  for (const char* kind : { "clustered", "stacked", "planar" })
+  {
+    Cloud cloud = ngtest::makeCloud(kind, 5000, 8.0, 16);
+    const double radius = 0.5;
+    Reference ref(cloud, radius);
+    const auto rhoRef = ref.density(cloud, Kernel::CubicSpline, cloud.mass.data(), 1.0);
+    const auto smoothRef = ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0);
+    const auto smoothScale = ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0, true);
+    for (const char* disabled : { "", "symmetric", "reorder", "merged", "warps", "symmetric,reorder,merged,warps" })
+    {
+      SCOPED_TRACE(std::string(kind) + ", NEIGHBORGRID_CLAWS_DISABLE=" + disabled);
+      setenv("NEIGHBORGRID_CLAWS_DISABLE", disabled, 1);
+      Engine engine;
+      Request r = baseRequest(cloud, radius, Method::CLAWS);
+      r.operation = Operation::NeighborCount;
+      std::vector<std::int32_t> counts(cloud.size(), -7);
+      r.neighborCount = counts.data();
+      engine.run(r);
+      for (std::int64_t i = 0; i < cloud.size(); ++i)
+      {
+        ASSERT_GE(counts[i], ref.certain[i]) << "point " << i;
+        ASSERT_LE(counts[i], ref.certain[i] + ref.ambiguous[i]) << "point " << i;
+      }
+      r.operation = Operation::Density;
+      r.mass = cloud.mass.data();
+      std::vector<float> rho(cloud.size(), -1.0f);
+      r.density = rho.data();
+      engine.run(r);
+      for (std::int64_t i = 0; i < cloud.size(); ++i)
+      {
+        ASSERT_NEAR(rho[i], rhoRef[i], 1e-5 * rhoRef[i]) << "point " << i;
+      }
+      r.operation = Operation::Smoothing;
+      std::vector<float> smooth(3 * cloud.size(), -1.0f);
+      r.smoothed = { { cloud.vector3.data(), 3, smooth.data(), "vector" } };
+      engine.run(r);
+      for (std::size_t k = 0; k < smooth.size(); ++k)
+      {
+        ASSERT_NEAR(smooth[k], smoothRef[k], 1e-5 * std::max(std::abs(smoothRef[k]), smoothScale[k])) << "entry " << k;
+      }
+    }
+  }
+  unsetenv("NEIGHBORGRID_CLAWS_DISABLE");
 }
 
 TEST(EngineReport, SaysWhatRanAndWhy)

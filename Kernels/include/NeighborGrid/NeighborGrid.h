@@ -48,7 +48,9 @@ enum class Method
   CountingSort, // uniform grid of cell size >= R, atomic/counting sort (Hoetzlein 2013), 27 cells
   BruteForce,   // every pair; for validation
   FENNS,        // two-step shared-memory search (Groß, Köster, Krüger 2019); CUDA only
-  RadixSort     // cell hashes sorted with a radix sort (Green 2008/2012), 27 cells; CUDA only
+  RadixSort,    // cell hashes sorted with a radix sort (Green 2008/2012), 27 cells; CUDA only
+  CLAWS         // FENNS with symmetric pairs, inner/border-first order, merged lookups and
+                // balanced warps (Groß, Köster, Krüger 2020); CUDA only
 };
 
 enum class Operation
