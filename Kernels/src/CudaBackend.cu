@@ -770,7 +770,7 @@ private:
   ///  - k is the largest for which coarse cells hold at most fennsTargetPerCell_ particles on
   ///    average (a chunk is fennsChunk = 1024: most cells then fit one chunk), and the grid has at
   ///    most as many cells as a block can keep counters for in shared memory (sort parts 1, 2);
-  ///  - the fine grid has at most 32 cells per axis and must fit in shared memory.
+  ///  - the fine grid has at most 12 cells per axis and must fit in shared memory.
   FennsGrid planFenns(const Problem& p, int n) const
   {
     const float* e = p.extent;
@@ -792,7 +792,7 @@ private:
       return total;
     };
     int k = 1;
-    while (k < 30 && cellsFor((k + 1) * minCell) > 1 &&
+    while (k < 10 && cellsFor((k + 1) * minCell) > 1 &&
       double(n) / double(cellsFor((k + 1) * minCell)) <= fennsTargetPerCell_)
     {
       ++k;
@@ -808,7 +808,9 @@ private:
     g.border = static_cast<float>(minCell);
     g.fineOffset = g.border;
     const double span = double(g.coarseCellSize) + 2.0 * double(g.border);
-    int f = std::max(1, std::min(32, static_cast<int>(std::floor(span / minCell + 1e-9))));
+    // Sparse data ask for large coarse cells; a fine grid of more than 12^3 cells would then cost
+    // more to clear and scan per batch than its lookups save.
+    int f = std::max(1, std::min(12, static_cast<int>(std::floor(span / minCell + 1e-9))));
     while (f > 1 &&
       std::max(fennsSharedBytes<SmoothingOperation<4>>(f * f * f), fennsScatterSharedBytes<SmoothingOperation<4>>(f * f * f)) +
           4096 > static_cast<std::size_t>(sharedMemoryPerBlock_))

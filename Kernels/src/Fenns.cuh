@@ -357,7 +357,7 @@ struct CellLayout
 #define NEIGHBORGRID_FENNS_PER_THREAD 4
 #endif
 #ifndef NEIGHBORGRID_FENNS_MIN_BLOCKS
-#define NEIGHBORGRID_FENNS_MIN_BLOCKS 1
+#define NEIGHBORGRID_FENNS_MIN_BLOCKS 4
 #endif
 constexpr int fennsThreads = NEIGHBORGRID_FENNS_THREADS;
 constexpr int fennsWarps = fennsThreads / 32;
