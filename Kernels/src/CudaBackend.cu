@@ -767,9 +767,10 @@ private:
   ///  - coarse cells are a whole number k of fine cells wide, fine cells R (+ margin) wide, so the
   ///    fine grid over a coarse cell widened by R on each side has exactly k + 2 cells per axis
   ///    and a lookup of 27 fine cells tests as few candidates as a grid of cell size R;
-  ///  - k is the largest for which coarse cells hold at most fennsTargetPerCell_ particles on
-  ///    average (a chunk is fennsChunk = 1024: most cells then fit one chunk), and the grid has at
-  ///    most as many cells as a block can keep counters for in shared memory (sort parts 1, 2);
+  ///  - k (at most 10) is the largest for which coarse cells hold at most fennsTargetPerCell_
+  ///    particles on average (a chunk is fennsChunk = 1024: most cells then fit one chunk), and
+  ///    the grid has at most as many cells as a block can keep counters for in shared memory
+  ///    (the sort counts per cell there);
   ///  - the fine grid has at most 12 cells per axis and must fit in shared memory.
   FennsGrid planFenns(const Problem& p, int n) const
   {
