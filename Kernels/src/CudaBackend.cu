@@ -683,30 +683,34 @@ private:
     return flags;
   }
 
-  /// Auto's rule, from Testing/Benchmarks/results-H100.csv (every row of FENNS Tables 1-3 and
-  /// CLAWS Tables 1-2 on an H100, Testing/Benchmarks/RESULTS.md):
-  ///  - With cells of size R the two sort baselines share one search and differ in the sort. Up
-  ///    to about 1M points Counting Sort's atomic counting is the cheaper sort (524k points: 0.11
-  ///    against 0.15 ms); from 2M on the radix sort wins (4M: 3.2 against 3.4 ms).
-  ///  - FENNS wins only where the baselines' grid is much coarser than R (FENNS Table 2, where
-  ///    they are held to FENNS's 18^3 grid: 0.25 against 0.85 ms at 524k points, 1.5 against
-  ///    41 ms at 4M): when a 27-cell lookup in the baseline grid would test more than 4 times the
-  ///    candidates of FENNS's fine grid (cells of R), and more than 100 of them per point.
+  /// Auto's rule, fitted to Testing/Benchmarks/results-H100.csv (every row of FENNS Tables 1-3 and
+  /// CLAWS Tables 1-2 on an H100; Testing/Benchmarks/RESULTS.md):
+  ///  - With cells of size R, Counting Sort and Radix Sort share one search and differ in the sort.
+  ///    Below about 1.5M points Counting Sort's atomic counting is the cheaper sort (524k points:
+  ///    0.11 against 0.15 ms); from 2M on the radix sort wins (4M: 3.24 against 3.43 ms).
+  ///  - FENNS and CLAWS (CLAWS is faster than FENNS on every row) pay off only where the
+  ///    baselines' grid is far coarser than R: FENNS Table 2, where the baselines are held to the
+  ///    18^3 grid (4M points: CLAWS 1.4 ms against 41 ms). The model: a baseline costs about
+  ///    6e-10 ms per candidate pair (27 cells' worth per point) plus 0.04 ms; CLAWS costs 2.5 times
+  ///    a baseline on a grid of cell size R, and never less than 0.6 ms (per-block set-up of its
+  ///    shared-memory grids). Auto takes CLAWS where that estimate is below 80% of the baseline's.
   Method chooseMethod(const Problem& p) const
   {
-    const int n = static_cast<int>(p.count);
-    const Grid baseline = baselineGrid(n);
+    const double n = double(p.count);
+    const Grid baseline = baselineGrid(static_cast<int>(p.count));
     double volume = 1.0;
     const double fineCell = p.radius * cellMargin;
     for (int a = 0; a < 3; ++a)
     {
       volume *= std::max(double(p.extent[a]), fineCell);
     }
-    const double baselineCandidates = 27.0 * double(n) / double(baseline.cellCount());
-    const double fennsCandidates = 27.0 * double(n) / volume * fineCell * fineCell * fineCell;
-    if (baselineCandidates > 100.0 && baselineCandidates > 4.0 * fennsCandidates)
+    constexpr double msPerCandidate = 6e-10;
+    const double baselineMs = msPerCandidate * n * 27.0 * n / double(baseline.cellCount()) + 0.04;
+    const double radiusGridMs = msPerCandidate * n * 27.0 * n / volume * fineCell * fineCell * fineCell;
+    const double clawsMs = std::max(0.6, 2.5 * radiusGridMs);
+    if (clawsMs < 0.8 * baselineMs)
     {
-      return Method::FENNS;
+      return Method::CLAWS;
     }
     return p.count >= 1500000 ? Method::RadixSort : Method::CountingSort;
   }
