@@ -126,20 +126,6 @@ bool AbortRequested(Algorithm* algorithm)
   }
 }
 
-const char* OperationName(int operation)
-{
-  switch (operation)
-  {
-    case vtkPointNeighborhoodFilter::NEIGHBOR_COUNT:
-      return "Neighbor Count";
-    case vtkPointNeighborhoodFilter::DENSITY:
-      return "Density";
-    case vtkPointNeighborhoodFilter::KERNEL_SMOOTHING:
-      return "Kernel Smoothing";
-  }
-  return "(invalid)";
-}
-
 neighborgrid::Operation ToEngine(int operation)
 {
   switch (operation)
@@ -726,7 +712,7 @@ int vtkPointNeighborhoodFilter::RequestData(
   info.push_back("backend_reason=" + report.backendReason);
   info.push_back(std::string("method=") + neighborgrid::toString(report.method));
   info.push_back("device=" + report.device);
-  info.push_back(std::string("operation=") + OperationName(this->Operation));
+  info.push_back(std::string("operation=") + neighborgrid::toString(ToEngine(this->Operation)));
   if (operation != neighborgrid::Operation::NeighborCount)
   {
     info.push_back(std::string("kernel=") + neighborgrid::toString(request.kernel));
@@ -762,7 +748,7 @@ void vtkPointNeighborhoodFilter::PrintSelf(ostream& os, vtkIndent indent)
 {
   this->Superclass::PrintSelf(os, indent);
   os << indent << "Radius: " << this->Radius << "\n";
-  os << indent << "Operation: " << this->Operation << " (" << OperationName(this->Operation)
+  os << indent << "Operation: " << this->Operation << " (" << neighborgrid::toString(ToEngine(this->Operation))
      << ")\n";
   os << indent << "Kernel: " << this->Kernel << " ("
      << neighborgrid::toString(KernelToEngine(this->Kernel)) << ")\n";
