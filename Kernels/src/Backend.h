@@ -1,8 +1,10 @@
-// Internal interface between the Engine (validation, coordinate preparation) and the backends.
+// Internal interface between the Engine (validation, backend choice) and the backends.
 #pragma once
 
+#include "CellGrid.h"
 #include "KernelFunctions.h"
 #include "NeighborGrid/NeighborGrid.h"
+#include "PairTest.h"
 
 #include <algorithm>
 #include <cmath>
@@ -33,75 +35,27 @@ private:
   const ProgressCallback& callback_;
 };
 
-/// Uniform grid over the relative coordinates [0, extent]. Cells are at least R wide (plus a
-/// margin that absorbs float rounding of the cell assignment), so every neighbor of a point lies
-/// in its own cell or one of the 26 around it. Tiny radii do not blow memory up: the cell size
-/// grows until the grid has at most maxCells cells, which keeps the search exact.
-struct Grid
+/// The cell size of a grid whose cells are searched `reach` cells each way around a point's own:
+/// no smaller than R / reach, with a relative margin of 2^-32 so that a pair the double test
+/// accepts (its distance may round below R by a few units in the last place) is never two cells
+/// apart. Exact cell assignment (CellGrid.h) needs no other margin.
+inline double cellSizeFor(double radius, int reach)
 {
-  float inverseCellSize = 1.0f;
-  int dimX = 1, dimY = 1, dimZ = 1;
-
-  NG_HD int axisCell(float v, int dim) const
-  {
-    const int c = static_cast<int>(v * inverseCellSize);
-    return c < 0 ? 0 : (c >= dim ? dim - 1 : c);
-  }
-  NG_HD int cellX(const Particle& p) const { return axisCell(p.x, dimX); }
-  NG_HD int cellY(const Particle& p) const { return axisCell(p.y, dimY); }
-  NG_HD int cellZ(const Particle& p) const { return axisCell(p.z, dimZ); }
-  NG_HD int cellIndex(int x, int y, int z) const { return (z * dimY + y) * dimX + x; }
-  NG_HD int cellOf(const Particle& p) const { return cellIndex(cellX(p), cellY(p), cellZ(p)); }
-  NG_HD std::int64_t cellCount() const { return std::int64_t(dimX) * dimY * dimZ; }
-  double cellSize() const { return 1.0 / inverseCellSize; }
-};
-
-/// Largest number of cells per axis: keeps the float error of v * inverseCellSize (at most
-/// dims * 2^-24 cells) far below the cell-size margin below.
-constexpr int maxCellsPerAxis = 4096;
-/// Cells are R * (1 + 2^-8) wide: a pair two cells apart is then more than R apart even after
-/// the rounding of the cell assignment and of the distance test.
-constexpr double cellMargin = 1.0 + 1.0 / 256.0;
-
-inline Grid makeGrid(const float extent[3], double radius, std::int64_t maxCells)
-{
-  double cell = radius * cellMargin;
-  for (int axis = 0; axis < 3; ++axis)
-  {
-    cell = std::max(cell, double(extent[axis]) / (maxCellsPerAxis - 1));
-  }
-  auto dims = [&](double size, int axis) {
-    return static_cast<std::int64_t>(std::floor(double(extent[axis]) / size)) + 1;
-  };
-  for (;;)
-  {
-    const std::int64_t total = dims(cell, 0) * dims(cell, 1) * dims(cell, 2);
-    if (total <= maxCells)
-    {
-      break;
-    }
-    cell *= std::cbrt(double(total) / double(maxCells)) * 1.01;
-  }
-  Grid grid;
-  grid.inverseCellSize = static_cast<float>(1.0 / cell);
-  // Dimensions from the float inverse actually used, so no coordinate maps past the last cell.
-  grid.dimX = static_cast<int>(std::floor(extent[0] * grid.inverseCellSize)) + 1;
-  grid.dimY = static_cast<int>(std::floor(extent[1] * grid.inverseCellSize)) + 1;
-  grid.dimZ = static_cast<int>(std::floor(extent[2] * grid.inverseCellSize)) + 1;
-  return grid;
+  return radius / reach * (1.0 + std::ldexp(1.0, -32));
 }
 
-/// A validated request with coordinates already relative and in float.
+/// A validated request, with its bounds found.
 struct Problem
 {
   std::int64_t count = 0;
-  const float* xyz = nullptr; // relative coordinates, 3 per point, host memory of the backend
-  float extent[3] = { 0, 0, 0 };
+  Points input;                // the caller's coordinates
+  double lo[3] = { 0, 0, 0 };  // bounds of the coordinates (double)
+  double hi[3] = { 0, 0, 0 };
   double radius = 0.0;
-  float radiusSquared = 0.0f;
   Operation operation = Operation::Density;
   Method method = Method::Auto; // as requested; the backend resolves Auto and reports the choice
-  KernelParams kernel;
+  Kernel kernelType = Kernel::CubicSpline;
+  int dimension = 3;
   const float* mass = nullptr;
   float constantMass = 1.0f;
   const std::vector<SmoothedArray>* smoothed = nullptr;
@@ -109,33 +63,65 @@ struct Problem
   std::int32_t* neighborCount = nullptr;
   float* density = nullptr;
   const ProgressReporter* progress = nullptr;
+
+  bool usesMass() const
+  {
+    return operation == Operation::Density ||
+      (operation == Operation::Smoothing && normalization == Normalization::SPH);
+  }
+  /// The kernel for squared distances in frame units of a grid of cell size `cellSize`.
+  KernelParams frameKernel(double cellSize) const
+  {
+    KernelParams k = makeKernelParams(kernelType, dimension, radius);
+    k.inverseH = static_cast<float>(cellSize * cutoffFactor(kernelType) / radius);
+    return k;
+  }
 };
 
 class BackendImplementation
 {
 public:
   virtual ~BackendImplementation() = default;
-  /// Finds the bounds, rejects non-finite coordinates (failNonFinitePoint) and makes the float
-  /// coordinates relative to the bounds' minimum, wherever the backend computes: sets
-  /// problem.extent, and problem.xyz where the coordinates live in host memory.
+  /// Finds the bounds (problem.lo, problem.hi) and rejects non-finite coordinates
+  /// (failNonFinitePoint), wherever the backend computes; keeps what it needs of the coordinates.
   virtual void prepareCoordinates(const Points& points, int threads, Problem& problem) = 0;
   virtual void run(const Problem& problem, Report& report) = 0;
 };
 
-/// The host version of prepareCoordinates, on `threads` threads; out holds 3 floats per point.
-void prepareCoordinatesOnHost(const Points& points, int threads, float* out, float extent[3]);
+/// Bounds in double and the non-finite check on the host, on `threads` threads.
+void findBoundsOnHost(const Points& points, int threads, double lo[3], double hi[3]);
 
 /// Throws the error for a non-finite coordinate, naming the point and its coordinates.
 [[noreturn]] void failNonFinitePoint(const Points& points, std::int64_t index);
 
 std::unique_ptr<BackendImplementation> makeCpuBackend(int threads);
 #if defined(NEIGHBORGRID_HAS_CUDA)
-std::unique_ptr<BackendImplementation> makeCudaBackend();
+std::unique_ptr<BackendImplementation> makeCudaBackend(std::int64_t deviceMemoryLimit);
 bool cudaDeviceUsable(std::string* why);
+/// After a CUDA error: whether the CUDA context still works (false after a sticky error).
+bool cudaContextHealthy();
+/// Resets the device after a sticky error (all of this process's device memory is gone then);
+/// returns a sentence for the error message that says what happened and what the next run does.
+std::string cudaResetAfterFatalError();
 #endif
 
 /// Number of smoothing components handled per pass (register accumulators on the GPU).
 constexpr int maxComponentsPerPass = 4;
+
+/// Passes of the search an operation needs (for progress).
+inline int searchPassCount(const Problem& p)
+{
+  if (p.operation != Operation::Smoothing)
+  {
+    return 1;
+  }
+  int passes = p.normalization == Normalization::SPH ? 1 : 0;
+  for (const auto& array : *p.smoothed)
+  {
+    passes += (array.components + maxComponentsPerPass - 1) / maxComponentsPerPass;
+  }
+  return passes;
+}
 
 } // namespace detail
 } // namespace neighborgrid

@@ -1,17 +1,22 @@
-// CPU backend: exact and multithreaded. Counting sort into cells of size >= R, then each thread
-// takes slices of particles and scans the 27 cells around each one (as 9 runs of 3 cells, which
-// are contiguous in memory). Buffers are members, reused across calls; nothing is allocated per
-// point or per neighbor.
+// CPU backend: exact and multithreaded.
+//
+// Counting Sort: points are sorted by the key of their cell (CellGrid.h: cells of size R keyed by
+// their integer coordinates, occupied cells only), with a stable LSD radix sort, one counting sort
+// per 8 bits of key (keys wider than 64 bits: a comparison sort). A hash table finds a cell from
+// its key. The search takes the cells in parallel: for each cell the 27 cells around it are looked
+// up once, then every point of the cell tests their points in float frame coordinates, the few
+// pairs within rounding of R in double (PairTest.h).
+// Brute Force: every pair, in double; for validation.
+// Buffers are members, reused across calls; nothing is allocated per point or per neighbor.
 #include "Backend.h"
+#include "HostSort.h"
 #include "OperationPlan.h"
 #include "Parallel.h"
 #include "Timer.h"
 
 #include <algorithm>
 #include <atomic>
-#include <exception>
 #include <numeric>
-#include <thread>
 #include <vector>
 
 namespace neighborgrid
@@ -21,6 +26,13 @@ namespace detail
 namespace
 {
 
+/// A neighboring cell as one point of a cell sees it: its points and the offset of its frame.
+struct NeighborRange
+{
+  std::int64_t begin, end;
+  float dx, dy, dz;
+};
+
 class CpuBackend final : public BackendImplementation
 {
 public:
@@ -28,32 +40,28 @@ public:
 
   void prepareCoordinates(const Points& points, int threads, Problem& problem) override
   {
-    coordinates_.resize(static_cast<std::size_t>(3 * points.count));
-    prepareCoordinatesOnHost(points, threads, coordinates_.data(), problem.extent);
-    problem.xyz = coordinates_.data();
+    findBoundsOnHost(points, threads, problem.lo, problem.hi);
   }
 
   void run(const Problem& problem, Report& report) override
   {
     problem_ = &problem;
     report_ = &report;
-    const std::int64_t n = problem.count;
     const ProgressReporter& progress = *problem.progress;
     progressStep_ = 0;
-    progressSteps_ = passCount(problem) + 1;
+    progressSteps_ = searchPassCount(problem) + 1;
+    decidedInDouble_ = 0;
 
     // Counting Sort is the CPU's fast method; Brute Force is there for validation.
     method_ = problem.method == Method::BruteForce ? Method::BruteForce : Method::CountingSort;
     report.method = method_;
+    cellSize_ = cellSizeFor(problem.radius, 1);
+    const InputPoints input{ problem.input.xyz, problem.input.type == ScalarType::Float64 };
+    pairTest_ = makePairTest(problem.radius, cellSize_, 2.0, input);
     Timer timer;
-    ordered_.resize(n);
-    orderToInput_.clear();
     if (method_ == Method::BruteForce)
     {
-      for (std::int64_t i = 0; i < n; ++i)
-      {
-        ordered_[i] = particleAt(i);
-      }
+      prepareBruteForce();
     }
     else
     {
@@ -67,15 +75,19 @@ public:
     report.backend = Backend::CPU;
     report.device = "CPU (" + std::to_string(threads_) + " threads)";
     report.extraDeviceBytes = 0;
+    report.pairsDecidedInDouble = decidedInDouble_;
   }
 
   // --- executor primitives (OperationPlan.h) -------------------------------------------------
+  KernelParams kernel() const { return problem_->frameKernel(cellSize_); }
   void setWeights(WeightMode mode)
   {
-    for (std::int64_t s = 0; s < problem_->count; ++s)
-    {
-      ordered_[s].w = mode == WeightMode::One ? 1.0f : massAt(inputIndex(s));
-    }
+    parallelSlices(threads_, problem_->count, [&](int, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t s = begin; s < end; ++s)
+      {
+        ordered_[s].w = mode == WeightMode::One ? 1.0f : massAt(inputIndex(s));
+      }
+    });
   }
   void divideWeightsByDensity(const float* orderedDensity)
   {
@@ -95,11 +107,13 @@ public:
   {
     const SmoothedArray& source = (*problem_->smoothed)[array];
     gathered_.resize(static_cast<std::size_t>(problem_->count) * count);
-    for (std::int64_t s = 0; s < problem_->count; ++s)
-    {
-      const float* from = source.values + inputIndex(s) * source.components + first;
-      std::copy(from, from + count, gathered_.data() + s * count);
-    }
+    parallelSlices(threads_, problem_->count, [&](int, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t s = begin; s < end; ++s)
+      {
+        const float* from = source.values + inputIndex(s) * source.components + first;
+        std::copy(from, from + count, gathered_.data() + s * count);
+      }
+    });
     return gathered_.data();
   }
   float* smoothingOutput(std::size_t array) { return (*problem_->smoothed)[array].output; }
@@ -122,118 +136,276 @@ public:
     Timer timer;
     const double from = nextProgress();
     const double to = from + 1.0 / progressSteps_;
-    const float r2max = problem_->radiusSquared;
-    const Particle* particles = ordered_.data();
-    const std::int64_t n = problem_->count;
+    std::atomic<std::int64_t> decided{ 0 };
     if (method_ == Method::BruteForce)
     {
-      parallelFor(threads_, n, 256, problem_->progress, from, to, stage,
-        [&](std::int64_t begin, std::int64_t end) {
-          for (std::int64_t i = begin; i < end; ++i)
-          {
-            const Particle pi = particles[i];
-            RegisterSums<Op> acc;
-            for (std::int64_t j = 0; j < n; ++j)
-            {
-              const float r2 = squaredDistance(pi, particles[j]);
-              if (r2 <= r2max)
-              {
-                acc.add(op, static_cast<int>(j), particles[j], r2);
-              }
-            }
-            acc.finish(op, static_cast<int>(i), static_cast<int>(i));
-          }
-        });
+      searchBruteForce(op, stage, from, to, decided);
     }
     else
     {
-      const Grid grid = grid_;
-      const int* cellStart = cellStart_.data();
-      const int* orderToInput = orderToInput_.data();
-      parallelFor(threads_, n, 2048, problem_->progress, from, to, stage,
-        [&](std::int64_t begin, std::int64_t end) {
-          for (std::int64_t s = begin; s < end; ++s)
-          {
-            const Particle pi = particles[s];
-            const int cx = grid.cellX(pi), cy = grid.cellY(pi), cz = grid.cellZ(pi);
-            const int x0 = std::max(cx - 1, 0), x1 = std::min(cx + 1, grid.dimX - 1);
-            RegisterSums<Op> acc;
-            for (int z = std::max(cz - 1, 0); z <= std::min(cz + 1, grid.dimZ - 1); ++z)
-            {
-              for (int y = std::max(cy - 1, 0); y <= std::min(cy + 1, grid.dimY - 1); ++y)
-              {
-                // Cells x0..x1 of one row are consecutive: one run of particles.
-                const int first = cellStart[grid.cellIndex(x0, y, z)];
-                const int last = cellStart[grid.cellIndex(x1, y, z) + 1];
-                for (int j = first; j < last; ++j)
-                {
-                  const float r2 = squaredDistance(pi, particles[j]);
-                  if (r2 <= r2max)
-                  {
-                    acc.add(op, j, particles[j], r2);
-                  }
-                }
-              }
-            }
-            acc.finish(op, static_cast<int>(s), orderToInput[s]);
-          }
-        });
+      searchCells(op, stage, from, to, decided);
     }
+    decidedInDouble_ += decided.load();
     addStage(*report_, stage, timer.milliseconds());
   }
 
 private:
-  static int passCount(const Problem& p)
-  {
-    if (p.operation != Operation::Smoothing)
-    {
-      return 1;
-    }
-    int passes = p.normalization == Normalization::SPH ? 1 : 0;
-    for (const auto& array : *p.smoothed)
-    {
-      passes += (array.components + maxComponentsPerPass - 1) / maxComponentsPerPass;
-    }
-    return passes;
-  }
   double nextProgress() { return double(progressStep_++) / progressSteps_; }
 
-  Particle particleAt(std::int64_t i) const
-  {
-    const float* p = problem_->xyz + 3 * i;
-    return Particle{ p[0], p[1], p[2], 1.0f };
-  }
-  float massAt(std::int64_t i) const
-  {
-    return problem_->mass ? problem_->mass[i] : problem_->constantMass;
-  }
+  float massAt(std::int64_t i) const { return problem_->mass ? problem_->mass[i] : problem_->constantMass; }
   std::int64_t inputIndex(std::int64_t s) const { return orderToInput_.empty() ? s : orderToInput_[s]; }
 
+  void inputPoint(std::int64_t i, double p[3]) const
+  {
+    pairTest_.points.get(i, p[0], p[1], p[2]);
+  }
+
+  void cellOf(std::int64_t i, double c[3]) const
+  {
+    double p[3];
+    inputPoint(i, p);
+    for (int a = 0; a < 3; ++a)
+    {
+      c[a] = cellCoordinate(p[a], cellSize_);
+    }
+  }
+
+  /// Brute force: the points in input order, in double (the definition of a neighbor itself).
+  void prepareBruteForce()
+  {
+    const std::int64_t n = problem_->count;
+    ordered_.resize(n);
+    orderToInput_.clear();
+    inputDouble_.resize(3 * static_cast<std::size_t>(n));
+    parallelSlices(threads_, n, [&](int, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i)
+      {
+        inputPoint(i, &inputDouble_[3 * i]);
+        ordered_[i] = Particle{ 0.0f, 0.0f, 0.0f, 1.0f };
+      }
+    });
+  }
+
+  /// Keys per point, a stable sort by key, the runs of equal keys (the cells), a lookup table,
+  /// and the points in cell order with frame coordinates.
   void sortIntoCells()
   {
     const std::int64_t n = problem_->count;
-    grid_ = makeGrid(problem_->extent, problem_->radius, std::max<std::int64_t>(n, 1 << 16) * 2);
-    const std::int64_t cells = grid_.cellCount();
-    cellOfPoint_.resize(n);
-    for (std::int64_t i = 0; i < n; ++i)
-    {
-      cellOfPoint_[i] = grid_.cellOf(particleAt(i));
-    }
-    cellStart_.assign(cells + 1, 0);
-    for (std::int64_t i = 0; i < n; ++i)
-    {
-      ++cellStart_[cellOfPoint_[i] + 1];
-    }
-    std::partial_sum(cellStart_.begin(), cellStart_.end(), cellStart_.begin());
-    // Stable scatter: points keep their input order inside a cell, so results are repeatable.
-    cursor_.assign(cellStart_.begin(), cellStart_.end() - 1);
+    layout_ = makeKeyLayout(problem_->lo, problem_->hi, cellSize_);
     orderToInput_.resize(n);
-    for (std::int64_t i = 0; i < n; ++i)
+    if (layout_.mode != KeyMode::Wide)
     {
-      const int s = cursor_[cellOfPoint_[i]]++;
-      ordered_[s] = particleAt(i);
-      orderToInput_[s] = static_cast<int>(i);
+      keys_.resize(n);
+      parallelSlices(threads_, n, [&](int, std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i)
+        {
+          double c[3];
+          cellOf(i, c);
+          layout_.bitsKey(c, keys_[i]);
+          orderToInput_[i] = static_cast<std::int32_t>(i);
+        }
+      });
+      radixSortPairs(keys_, orderToInput_, layout_.bits, threads_);
     }
+    else
+    {
+      wideKeys_.resize(n);
+      parallelSlices(threads_, n, [&](int, std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i)
+        {
+          double c[3];
+          cellOf(i, c);
+          wideKeys_[i] = layout_.wideKey(c);
+          orderToInput_[i] = static_cast<std::int32_t>(i);
+        }
+      });
+      parallelStableSort(orderToInput_, threads_, [&](std::int32_t a, std::int32_t b) {
+        const WideKey& ka = wideKeys_[a];
+        const WideKey& kb = wideKeys_[b];
+        for (int w = 0; w < 3; ++w)
+        {
+          if (ka.word[w] != kb.word[w])
+          {
+            return ka.word[w] < kb.word[w];
+          }
+        }
+        return false;
+      });
+    }
+
+    // Cells: runs of equal keys, in key order.
+    auto sameCell = [&](std::int64_t s) {
+      return layout_.mode != KeyMode::Wide ? keys_[s] == keys_[s - 1]
+                                           : wideKeys_[orderToInput_[s]] == wideKeys_[orderToInput_[s - 1]];
+    };
+    cellStart_.clear();
+    for (std::int64_t s = 0; s < n; ++s)
+    {
+      if (s == 0 || !sameCell(s))
+      {
+        cellStart_.push_back(s);
+      }
+    }
+    const std::int64_t cells = static_cast<std::int64_t>(cellStart_.size());
+    cellStart_.push_back(n);
+    cellCoordinates_.resize(3 * static_cast<std::size_t>(cells));
+    parallelSlices(threads_, cells, [&](int, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t k = begin; k < end; ++k)
+      {
+        cellOf(orderToInput_[cellStart_[k]], &cellCoordinates_[3 * k]);
+      }
+    });
+    buildLookup(cells);
+
+    // The points in cell order, in frame coordinates of their cell.
+    ordered_.resize(n);
+    const double inverse = 1.0 / cellSize_;
+    parallelSlices(threads_, cells, [&](int, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t k = begin; k < end; ++k)
+      {
+        const double* c = &cellCoordinates_[3 * k];
+        for (std::int64_t s = cellStart_[k]; s < cellStart_[k + 1]; ++s)
+        {
+          double p[3];
+          inputPoint(orderToInput_[s], p);
+          ordered_[s] = Particle{ frameCoordinate(p[0], c[0], cellSize_, inverse),
+            frameCoordinate(p[1], c[1], cellSize_, inverse), frameCoordinate(p[2], c[2], cellSize_, inverse), 1.0f };
+        }
+      }
+    });
+  }
+
+  void buildLookup(std::int64_t cells)
+  {
+    lookup_ = CellLookup{};
+    lookup_.mode = layout_.mode;
+    sizeLookup(layout_.mode, layout_.bits, cells, lookup_.log2Slots, lookup_.identity);
+    const std::size_t slots = std::size_t(1) << lookup_.log2Slots;
+    lookup_.mask = slots - 1;
+    if (layout_.mode != KeyMode::Wide)
+    {
+      bitsSlots_.assign(slots, BitsSlot{ emptyKey, -1, 0 });
+      for (std::int64_t k = 0; k < cells; ++k)
+      {
+        const std::uint64_t key = keys_[cellStart_[k]];
+        std::uint64_t s = lookup_.home(key);
+        while (bitsSlots_[s].key != emptyKey)
+        {
+          s = (s + 1) & lookup_.mask;
+        }
+        bitsSlots_[s] = BitsSlot{ key, static_cast<std::int32_t>(k), 0 };
+      }
+      lookup_.bitsSlots = bitsSlots_.data();
+    }
+    else
+    {
+      wideSlots_.assign(slots, WideSlot{ { { 0, 0, 0 } }, -1, 0 });
+      for (std::int64_t k = 0; k < cells; ++k)
+      {
+        const WideKey& key = wideKeys_[orderToInput_[cellStart_[k]]];
+        std::uint64_t s = lookup_.home(key);
+        while (wideSlots_[s].cell >= 0)
+        {
+          s = (s + 1) & lookup_.mask;
+        }
+        wideSlots_[s] = WideSlot{ key, static_cast<std::int32_t>(k), 0 };
+      }
+      lookup_.wideSlots = wideSlots_.data();
+    }
+  }
+
+  template <class Op>
+  void searchCells(const Op& op, const char* stage, double from, double to, std::atomic<std::int64_t>& decided)
+  {
+    const std::int64_t cells = static_cast<std::int64_t>(cellStart_.size()) - 1;
+    const std::int64_t perCell = std::max<std::int64_t>(1, problem_->count / std::max<std::int64_t>(1, cells));
+    const std::int64_t grain = std::max<std::int64_t>(1, 2048 / perCell);
+    const Particle* particles = ordered_.data();
+    const PairTest test = pairTest_;
+    parallelFor(threads_, cells, grain, problem_->progress, from, to, stage,
+      [&](std::int64_t begin, std::int64_t end) {
+        std::int64_t decidedHere = 0;
+        NeighborRange ranges[27];
+        for (std::int64_t k = begin; k < end; ++k)
+        {
+          // The cells around cell k, looked up once for all of its points.
+          const double* c = &cellCoordinates_[3 * k];
+          int count = 0;
+          for (int dz = -1; dz <= 1; ++dz)
+          {
+            for (int dy = -1; dy <= 1; ++dy)
+            {
+              for (int dx = -1; dx <= 1; ++dx)
+              {
+                double neighbor[3];
+                if (!offsetCell(c, dx, dy, dz, neighbor))
+                {
+                  continue;
+                }
+                const int cell = lookup_.find(layout_, neighbor);
+                if (cell >= 0)
+                {
+                  ranges[count++] = NeighborRange{ cellStart_[cell], cellStart_[cell + 1], float(dx), float(dy), float(dz) };
+                }
+              }
+            }
+          }
+          for (std::int64_t s = cellStart_[k]; s < cellStart_[k + 1]; ++s)
+          {
+            const Particle pi = particles[s];
+            RegisterSums<Op> acc;
+            for (int r = 0; r < count; ++r)
+            {
+              // Frame of the neighbor cell: the query moves by minus the cell offset.
+              const Particle q{ pi.x - ranges[r].dx, pi.y - ranges[r].dy, pi.z - ranges[r].dz, pi.w };
+              for (std::int64_t j = ranges[r].begin; j < ranges[r].end; ++j)
+              {
+                float r2 = squaredDistance(q, particles[j]);
+                const int verdict = test.classify(r2);
+                if (verdict == 0)
+                {
+                  continue;
+                }
+                if (verdict < 0)
+                {
+                  ++decidedHere;
+                  if (!test.exact(orderToInput_[s], orderToInput_[j], r2))
+                  {
+                    continue;
+                  }
+                }
+                acc.add(op, static_cast<int>(j), particles[j], r2);
+              }
+            }
+            acc.finish(op, static_cast<int>(s), orderToInput_[s]);
+          }
+        }
+        decided += decidedHere;
+      });
+  }
+
+  template <class Op>
+  void searchBruteForce(const Op& op, const char* stage, double from, double to, std::atomic<std::int64_t>&)
+  {
+    const std::int64_t n = problem_->count;
+    const double radiusSquared = pairTest_.radiusSquared;
+    const double frameScale = 1.0 / (cellSize_ * cellSize_);
+    const double* x = inputDouble_.data();
+    parallelFor(threads_, n, 256, problem_->progress, from, to, stage, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i)
+      {
+        RegisterSums<Op> acc;
+        for (std::int64_t j = 0; j < n; ++j)
+        {
+          const double r2 = exactSquaredDistance(x[3 * i], x[3 * i + 1], x[3 * i + 2], x[3 * j], x[3 * j + 1], x[3 * j + 2]);
+          if (r2 <= radiusSquared)
+          {
+            acc.add(op, static_cast<int>(j), ordered_[j], static_cast<float>(r2 * frameScale));
+          }
+        }
+        acc.finish(op, static_cast<int>(i), static_cast<int>(i));
+      }
+    });
   }
 
   int threads_;
@@ -242,13 +414,20 @@ private:
   Report* report_ = nullptr;
   int progressStep_ = 0;
   int progressSteps_ = 1;
-  Grid grid_;
-  std::vector<float> coordinates_;
+  std::int64_t decidedInDouble_ = 0;
+  double cellSize_ = 1.0;
+  PairTest pairTest_;
+  KeyLayout layout_;
+  CellLookup lookup_;
+  std::vector<std::uint64_t> keys_;
+  std::vector<WideKey> wideKeys_;
+  std::vector<BitsSlot> bitsSlots_;
+  std::vector<WideSlot> wideSlots_;
+  std::vector<std::int64_t> cellStart_;
+  std::vector<double> cellCoordinates_;
+  std::vector<double> inputDouble_;
   std::vector<Particle> ordered_;
-  std::vector<int> orderToInput_;
-  std::vector<int> cellOfPoint_;
-  std::vector<int> cellStart_;
-  std::vector<int> cursor_;
+  std::vector<std::int32_t> orderToInput_;
   std::vector<float> orderedDensity_;
   std::vector<float> gathered_;
 };

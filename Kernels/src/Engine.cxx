@@ -81,6 +81,11 @@ const char* toString(Normalization n)
   return n == Normalization::SPH ? "SPH" : "Shepard";
 }
 
+bool withinRadius(const double a[3], const double b[3], double radius)
+{
+  return detail::exactSquaredDistance(a[0], a[1], a[2], b[0], b[1], b[2]) <= radius * radius;
+}
+
 double kernelCutoffFactor(Kernel kernel)
 {
   return detail::cutoffFactor(kernel);
@@ -130,6 +135,14 @@ void validate(const Request& r)
   {
     std::ostringstream s;
     s << "the radius must be a finite number > 0 (got " << r.radius << ")";
+    fail(s.str());
+  }
+  // R * R and every squared distance that matters then stay normal doubles.
+  if (!(r.radius >= 1e-150 && r.radius <= 1e150))
+  {
+    std::ostringstream s;
+    s << "the radius must lie between 1e-150 and 1e150 (got " << r.radius
+      << "); scale the coordinates and the radius together";
     fail(s.str());
   }
   if (!validEnum(r.operation, Operation::Smoothing) || !validEnum(r.kernel, Kernel::WendlandC2) ||
@@ -227,11 +240,10 @@ void failNonFinitePoint(const Points& points, std::int64_t i)
   fail(s.str());
 }
 
-/// Bounds in double, then float coordinates relative to the minimum (so data far from the
-/// origin keeps its precision). Rejects non-finite coordinates, naming the first such point.
-/// Both passes stream the array once each, split over threads.
+/// Bounds in double; rejects non-finite coordinates, naming the first such point. One pass over
+/// the array, split over threads.
 template <class T>
-void prepareTyped(const Points& points, const T* xyz, std::int64_t n, int threads, float* out, float extent[3])
+void findBoundsTyped(const Points& points, const T* xyz, std::int64_t n, int threads, double lo[3], double hi[3])
 {
   struct Partial
   {
@@ -259,7 +271,11 @@ void prepareTyped(const Points& points, const T* xyz, std::int64_t n, int thread
       p.hi[2] = std::max(p.hi[2], z);
     }
   });
-  double lo[3] = { HUGE_VAL, HUGE_VAL, HUGE_VAL }, hi[3] = { -HUGE_VAL, -HUGE_VAL, -HUGE_VAL };
+  for (int a = 0; a < 3; ++a)
+  {
+    lo[a] = HUGE_VAL;
+    hi[a] = -HUGE_VAL;
+  }
   for (const Partial& p : partials)
   {
     if (p.firstBad >= 0)
@@ -272,31 +288,17 @@ void prepareTyped(const Points& points, const T* xyz, std::int64_t n, int thread
       hi[a] = std::max(hi[a], p.hi[a]);
     }
   }
-  for (int a = 0; a < 3; ++a)
-  {
-    // Rounding can push a coordinate a hair past the float extent; keep the extent an upper bound.
-    extent[a] = std::nextafter(static_cast<float>(hi[a] - lo[a]), HUGE_VALF);
-  }
-  detail::parallelSlices(slices, n, [&](int, std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i)
-    {
-      for (int a = 0; a < 3; ++a)
-      {
-        out[3 * i + a] = static_cast<float>(double(xyz[3 * i + a]) - lo[a]);
-      }
-    }
-  });
 }
 
-void prepareCoordinatesOnHost(const Points& points, int threads, float* out, float extent[3])
+void findBoundsOnHost(const Points& points, int threads, double lo[3], double hi[3])
 {
   if (points.type == ScalarType::Float32)
   {
-    prepareTyped(points, static_cast<const float*>(points.xyz), points.count, threads, out, extent);
+    findBoundsTyped(points, static_cast<const float*>(points.xyz), points.count, threads, lo, hi);
   }
   else
   {
-    prepareTyped(points, static_cast<const double*>(points.xyz), points.count, threads, out, extent);
+    findBoundsTyped(points, static_cast<const double*>(points.xyz), points.count, threads, lo, hi);
   }
 }
 
@@ -305,6 +307,7 @@ void prepareCoordinatesOnHost(const Points& points, int threads, float* out, flo
 struct Engine::Impl
 {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::int64_t deviceMemoryLimit = 0;
   std::unique_ptr<detail::BackendImplementation> cpu;
   std::unique_ptr<detail::BackendImplementation> cuda;
 };
@@ -328,6 +331,12 @@ void Engine::setCpuThreads(int threads)
 {
   impl_->threads = std::max(1, threads);
   impl_->cpu.reset();
+}
+
+void Engine::setDeviceMemoryLimit(std::int64_t bytes)
+{
+  impl_->deviceMemoryLimit = std::max<std::int64_t>(0, bytes);
+  impl_->cuda.reset();
 }
 
 bool Engine::cudaAvailable(std::string* why)
@@ -403,7 +412,7 @@ Report Engine::run(const Request& request)
 #if defined(NEIGHBORGRID_HAS_CUDA)
     if (!impl_->cuda)
     {
-      impl_->cuda = detail::makeCudaBackend();
+      impl_->cuda = detail::makeCudaBackend(impl_->deviceMemoryLimit);
     }
     implementation = impl_->cuda.get();
 #endif
@@ -411,15 +420,14 @@ Report Engine::run(const Request& request)
 
   const detail::ProgressReporter progress(request.progress);
   progress(0.0, "prepare");
-  detail::Timer timer;
   detail::Problem problem;
   problem.count = n;
-  implementation->prepareCoordinates(request.points, impl_->threads, problem);
+  problem.input = request.points;
   problem.radius = request.radius;
-  problem.radiusSquared = static_cast<float>(request.radius * request.radius);
   problem.operation = request.operation;
   problem.method = request.method; // the backend resolves Auto
-  problem.kernel = detail::makeKernelParams(request.kernel, request.dimension, request.radius);
+  problem.kernelType = request.kernel;
+  problem.dimension = request.dimension;
   problem.mass = request.mass;
   problem.constantMass = static_cast<float>(request.constantMass);
   problem.smoothed = &request.smoothed;
@@ -427,10 +435,33 @@ Report Engine::run(const Request& request)
   problem.neighborCount = request.neighborCount;
   problem.density = request.density;
   problem.progress = &progress;
-  detail::addStage(report, "coordinates", timer.milliseconds());
 
   report.neighborPairs = -1;
-  implementation->run(problem, report);
+  try
+  {
+    detail::Timer timer;
+    implementation->prepareCoordinates(request.points, impl_->threads, problem);
+    detail::addStage(report, "coordinates", timer.milliseconds());
+    implementation->run(problem, report);
+  }
+  catch (const Aborted&)
+  {
+    throw;
+  }
+  catch (const Error& error)
+  {
+#if defined(NEIGHBORGRID_HAS_CUDA)
+    // ParaView keeps running after a failed filter: the next run must work, or say why not.
+    if (backend == Backend::CUDA && !detail::cudaContextHealthy())
+    {
+      // A sticky error (an illegal address, a failed launch) leaves the CUDA context unusable:
+      // free what the backend held, then reset the device so the next run starts afresh.
+      impl_->cuda.reset();
+      throw Error(std::string(error.what()) + ". " + detail::cudaResetAfterFatalError());
+    }
+#endif
+    throw;
+  }
   report.backend = backend;
   progress(1.0, "done");
   return report;

@@ -13,6 +13,7 @@ namespace detail
 {
 
 /// Executor requirements:
+///   KernelParams kernel()                                the kernel in the method's frame units
 ///   void setWeights(WeightMode)                          particle weight w: 1 or the mass
 ///   void divideWeightsByDensity(const float* ordered)    w = m / rho (SPH smoothing)
 ///   std::int32_t* countOutput(); float* densityOutput() (null when not wanted)
@@ -31,7 +32,7 @@ template <int Components, class Executor>
 void smoothComponents(Executor& ex, const Problem& p, std::size_t array, int first, bool shepard)
 {
   SmoothingOperation<Components> op;
-  op.kernel = p.kernel;
+  op.kernel = ex.kernel();
   op.values = ex.gatherValues(array, first, Components);
   op.shepard = shepard;
   op.output = ex.smoothingOutput(array);
@@ -57,7 +58,7 @@ void runOperation(Executor& ex, const Problem& p)
     {
       ex.setWeights(WeightMode::Mass);
       DensityOperation op;
-      op.kernel = p.kernel;
+      op.kernel = ex.kernel();
       op.output = ex.densityOutput();
       ex.search(op, "search");
       break;
@@ -74,7 +75,7 @@ void runOperation(Executor& ex, const Problem& p)
         // SPH normalization needs rho_j of every neighbor: a density pass first.
         ex.setWeights(WeightMode::Mass);
         DensityOperation density;
-        density.kernel = p.kernel;
+        density.kernel = ex.kernel();
         density.output = ex.densityOutput();
         density.orderedOutput = ex.orderedDensity();
         ex.search(density, "density");

@@ -76,7 +76,7 @@ inline void finishCloud(Cloud& c, std::mt19937_64& rng)
   }
 }
 
-/// kind: uniform, clustered, duplicates, planar, far (from the origin).
+/// kind: uniform, clustered, duplicates, stacked, planar, far (from the origin), outliers.
 inline Cloud makeCloud(const std::string& kind, std::int64_t n, double box, std::uint64_t seed, bool asFloat = true)
 {
   std::mt19937_64 rng(seed);
@@ -142,6 +142,22 @@ inline Cloud makeCloud(const std::string& kind, std::int64_t n, double box, std:
       c.xyz[3 * i + 2] = 7.25; // a plane off z = 0
     }
   }
+  else if (kind == "outliers")
+  {
+    // A dense cube near the origin plus a few far points: escaped particles, stray returns,
+    // sentinel coordinates. Cells of size R across the bounding box would number ~10^40.
+    const double huge = asFloat ? 3e38 : 1e300; // near the largest float or double
+    const double far[][3] = { { 1e6, 1e6, 1e6 }, { -3.5e9, 2.0, 2.0 }, { 1e30, -1e30, 7.0 }, { -9999.0, -9999.0, -9999.0 },
+      { 2.0, huge, 2.0 } };
+    const std::int64_t farCount = 5 * 4; // each far position holds 4 points: they see each other
+    for (std::int64_t i = 0; i < n; ++i)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        c.xyz[3 * i + a] = i < farCount ? far[i % 5][a] + (a == 2 && i % 5 == 2 ? 0.1 * (i / 5) : 0.0) : u(rng);
+      }
+    }
+  }
   else if (kind == "far")
   {
     const double offset[3] = { 4.2e6, -1.3e6, 6.0e5 }; // geo-referenced scan coordinates
@@ -164,50 +180,44 @@ inline Cloud makeCloud(const std::string& kind, std::int64_t n, double box, std:
   return c;
 }
 
-/// Pairs (i, j, distance) with distance <= R + band, from a double-precision brute force over
-/// the caller's coordinates. A pair within `band` of R is ambiguous: float coordinates may decide
-/// it either way, and any kernel is ~0 there.
+/// The neighbor test exactly as DESIGN.md defines it (the engine's neighborgrid::withinRadius):
+/// (dx*dx + dy*dy) + dz*dz <= R*R in double, each operation rounded on its own.
+inline bool within(const double* a, const double* b, double radius)
+{
+  const double dx = a[0] - b[0], dy = a[1] - b[1], dz = a[2] - b[2];
+  return (dx * dx + dy * dy) + dz * dz <= radius * radius;
+}
+
+/// Every pair (i, j) with j a neighbor of i (self included), from a double-precision brute force
+/// over the caller's coordinates: the exact reference every backend and method must match.
 struct Reference
 {
   std::int64_t n = 0;
   double radius = 0;
-  double band = 0;
-  std::vector<std::int64_t> certain;   // neighbors with d <= R - band (self excluded)
-  std::vector<std::int64_t> ambiguous; // neighbors with |d - R| < band
-  std::vector<std::int64_t> pairStart; // CSR over neighbors with d <= R + band (self included)
+  std::vector<std::int64_t> certain;   // neighbor counts (self excluded)
+  std::vector<std::int64_t> pairStart; // CSR over neighbors (self included)
   std::vector<std::int32_t> pairIndex;
   std::vector<double> pairDistance;
 
   Reference(const Cloud& c, double r) : n(c.size()), radius(r)
   {
-    band = 1e-6 * (c.extent() + r);
     certain.assign(n, 0);
-    ambiguous.assign(n, 0);
     pairStart.assign(n + 1, 0);
     const double* x = c.xyz.data();
     for (std::int64_t i = 0; i < n; ++i)
     {
       for (std::int64_t j = 0; j < n; ++j)
       {
+        if (!within(x + 3 * i, x + 3 * j, r))
+        {
+          continue;
+        }
         const double dx = x[3 * i] - x[3 * j], dy = x[3 * i + 1] - x[3 * j + 1], dz = x[3 * i + 2] - x[3 * j + 2];
-        const double d = std::sqrt(dx * dx + dy * dy + dz * dz);
-        if (d > r + band)
-        {
-          continue;
-        }
         pairIndex.push_back(static_cast<std::int32_t>(j));
-        pairDistance.push_back(d);
-        if (j == i)
-        {
-          continue;
-        }
-        if (d < r - band)
+        pairDistance.push_back(std::sqrt(dx * dx + dy * dy + dz * dz));
+        if (j != i)
         {
           ++certain[i];
-        }
-        else
-        {
-          ++ambiguous[i];
         }
       }
       pairStart[i + 1] = static_cast<std::int64_t>(pairIndex.size());

@@ -11,8 +11,10 @@
 //   request.density = density.data();
 //   neighborgrid::Report report = engine.run(request);   // throws neighborgrid::Error on bad input
 //
-// Conventions (DESIGN.md): j is a neighbor of i when |x_i - x_j| <= R; the neighbor count excludes i
-// itself and includes other points at the same position; density and smoothing sums include j = i.
+// Conventions (DESIGN.md): j is a neighbor of i when |x_i - x_j| <= R, decided exactly as
+// withinRadius() below decides it from the caller's coordinates, by every backend and method; the
+// neighbor count excludes i itself and includes other points at the same position; density and
+// smoothing sums include j = i.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +47,7 @@ enum class Backend
 enum class Method
 {
   Auto,         // the fastest method for the request by a measured rule (Report::method says which)
-  CountingSort, // uniform grid of cell size >= R, atomic/counting sort (Hoetzlein 2013), 27 cells
+  CountingSort, // cells of size R, counting sort (Hoetzlein 2013), 27 cells; the CPU's method
   BruteForce,   // every pair; for validation
   FENNS,        // two-step shared-memory search (Groß, Köster, Krüger 2019); CUDA only
   RadixSort,    // cell hashes sorted with a radix sort (Green 2008/2012), 27 cells; CUDA only
@@ -114,7 +116,7 @@ struct Request
   // Not supported yet; run() rejects a request that sets it.
   Points source;
 
-  double radius = 0.0; // support radius R, > 0 and finite
+  double radius = 0.0; // support radius R, in [1e-150, 1e150]
   Operation operation = Operation::Density;
 
   Kernel kernel = Kernel::CubicSpline;
@@ -150,6 +152,9 @@ struct Report
   std::vector<StageTime> stages;  // wall or device time per stage
   std::int64_t neighborPairs = -1; // Neighbor Count only: sum of the counts; -1 otherwise
   std::int64_t extraDeviceBytes = 0; // device memory the method holds beyond inputs and outputs
+  // Pair tests decided in double from the input coordinates because the float distance was
+  // within rounding of R (summed over the passes of the search).
+  std::int64_t pairsDecidedInDouble = 0;
 };
 
 /// Every failure: bad input, an unavailable backend, a failed CUDA call. what() says what and why.
@@ -182,6 +187,10 @@ public:
   /// Number of CPU threads the CPU backend uses (default: hardware concurrency).
   void setCpuThreads(int threads);
 
+  /// At most this many bytes of GPU memory per run (0, the default: whatever the device has
+  /// free). A run that needs more fails with an Error that says how much it needs.
+  void setDeviceMemoryLimit(std::int64_t bytes);
+
   /// Whether this build has the CUDA backend and a device is usable; `why` says why not.
   static bool cudaAvailable(std::string* why = nullptr);
 
@@ -196,6 +205,10 @@ NEIGHBORGRID_API const char* toString(Method);
 NEIGHBORGRID_API const char* toString(Operation);
 NEIGHBORGRID_API const char* toString(Kernel);
 NEIGHBORGRID_API const char* toString(Normalization);
+
+/// The neighbor test every backend and method applies: (dx*dx + dy*dy) + dz*dz <= radius*radius
+/// in double, d = a - b, each operation rounded on its own. For references and tests.
+NEIGHBORGRID_API bool withinRadius(const double a[3], const double b[3], double radius);
 
 /// The kernel's cutoff factor (R / h) and value W(r, h) in double, for references and tests.
 NEIGHBORGRID_API double kernelCutoffFactor(Kernel kernel);

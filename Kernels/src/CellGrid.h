@@ -1,0 +1,350 @@
+// The grid every method shares: cells keyed by their integer coordinates, occupied cells only.
+//
+// A point x lies in cell c = floor(x / s) on each axis, s the cell size. The floor is exact (a
+// division, then a correction by the sign of an exact fused multiply-add) and taken in absolute
+// coordinates, so two points within s of each other are always in the same or adjacent cells,
+// whatever their distance from the origin and whatever other points exist. Nothing is sized from
+// the bounding box: a cell is known by a key built from its coordinates, only occupied cells are
+// stored, and a hash table finds a cell from its key. One far outlier adds one cell.
+//
+// Keys, row-major (z, then y, then x), over the cell coordinates relative to the lowest cell of
+// the bounds:
+//  - Bits32 / Bits64: the bounds span at most 2^31 / 2^63 cells (each axis gets as many bits as
+//    its span needs). The common case; 32-bit keys sort in half the passes and memory.
+//  - Wide: anything else (a far outlier, sentinel coordinates, a radius far below the spacing):
+//    three 64-bit words, each the cell coordinate as a double in an order-preserving encoding.
+//    Exact for every finite coordinate; sorted in the same row-major order.
+//
+// Cell coordinates are integers held in doubles. Beyond 2^53 in magnitude ("huge") a coordinate is
+// only the rounded quotient and c + 1 may not exist: such a point can have neighbors along that
+// axis only at the very same coordinate (two different doubles that large are more than s apart),
+// so a huge axis is never searched at offsets -1 and +1, and its pair tests are all done in double
+// (its frame coordinate is NaN; see PairTest.h).
+//
+// Coordinates for the float pair test are relative to the point's cell, in units of the cell size
+// ("frame" coordinates, in [0, 1)): as precise far from the origin as near it, and in float range
+// for any radius.
+#pragma once
+
+#include "KernelFunctions.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace neighborgrid
+{
+namespace detail
+{
+
+/// 2^53: integers up to this magnitude are exact in a double, with their neighbors c - 1, c + 1.
+constexpr double exactIntegerLimit = 9007199254740992.0;
+
+NG_HD double fusedMultiplyAdd(double a, double b, double c)
+{
+#if defined(__CUDA_ARCH__)
+  return __fma_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+/// floor(x / size), exactly, for |x / size| < 2^53; beyond, the rounded quotient (a huge cell).
+/// The same on host and device: IEEE division and fused multiply-add are correctly rounded on both.
+NG_HD double cellCoordinate(double x, double size)
+{
+  const double q = x / size;
+  if (!(fabs(q) < exactIntegerLimit))
+  {
+    return q + 0.0; // integer-valued (or infinite): a huge cell
+  }
+  double c = floor(q);
+  // q is within half a unit of x / size, so floor(q) is off by at most one: the sign of the exact
+  // c * size - x (one rounding of an exact product and sum keeps the sign) says which way.
+  if (fusedMultiplyAdd(c, size, -x) > 0.0)
+  {
+    c -= 1.0;
+  }
+  else if (fusedMultiplyAdd(c + 1.0, size, -x) <= 0.0)
+  {
+    c += 1.0;
+  }
+  return c + 0.0; // never -0: keys of equal cells must be equal bit for bit
+}
+
+NG_HD bool isHugeCell(double c)
+{
+  return !(fabs(c) < exactIntegerLimit);
+}
+
+/// x relative to its cell, in cell units: [0, 1) up to rounding. NaN on a huge axis, which sends
+/// every pair test of the point to the double-precision check (PairTest.h).
+NG_HD float frameCoordinate(double x, double c, double size, double inverseSize)
+{
+  if (isHugeCell(c))
+  {
+    return NAN;
+  }
+  return static_cast<float>(fusedMultiplyAdd(-c, size, x) * inverseSize);
+}
+
+enum class KeyMode : int
+{
+  Bits32,
+  Bits64,
+  Wide
+};
+
+/// Three words, most significant first: z, y, x, each a cell coordinate in orderedBits encoding.
+struct WideKey
+{
+  std::uint64_t word[3];
+};
+
+NG_HD bool operator==(const WideKey& a, const WideKey& b)
+{
+  return a.word[0] == b.word[0] && a.word[1] == b.word[1] && a.word[2] == b.word[2];
+}
+
+/// An order-preserving encoding of a double: unsigned comparison of the results orders the values.
+NG_HD std::uint64_t orderedBits(double v)
+{
+  std::uint64_t bits;
+#if defined(__CUDA_ARCH__)
+  bits = static_cast<std::uint64_t>(__double_as_longlong(v + 0.0));
+#else
+  v += 0.0;
+  std::memcpy(&bits, &v, sizeof bits);
+#endif
+  constexpr std::uint64_t sign = std::uint64_t(1) << 63;
+  return (bits & sign) ? ~bits : (bits | sign);
+}
+
+NG_HD double fromOrderedBits(std::uint64_t bits)
+{
+  constexpr std::uint64_t sign = std::uint64_t(1) << 63;
+  bits = (bits & sign) ? (bits & ~sign) : ~bits;
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(bits));
+#else
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+#endif
+}
+
+/// How keys are made from cell coordinates; chosen on the host from the bounds (makeKeyLayout).
+struct KeyLayout
+{
+  KeyMode mode = KeyMode::Bits32;
+  double lowest[3] = { 0, 0, 0 }; // the lowest cell coordinate of the bounds, per axis
+  double span[3] = { 1, 1, 1 };   // cells per axis (Bits modes)
+  int shift[3] = { 0, 0, 0 };     // bit position of each axis in the key (Bits modes)
+  int bits = 0;                   // bits the key uses (Bits modes)
+
+  /// The key of cell c (Bits modes), or false when c lies outside the bounds' cells.
+  NG_HD bool bitsKey(const double c[3], std::uint64_t& key) const
+  {
+    key = 0;
+    for (int a = 0; a < 3; ++a)
+    {
+      const double offset = c[a] - lowest[a];
+      if (!(offset >= 0.0 && offset < span[a]))
+      {
+        return false;
+      }
+      key |= static_cast<std::uint64_t>(offset) << shift[a];
+    }
+    return true;
+  }
+  NG_HD WideKey wideKey(const double c[3]) const
+  {
+    return WideKey{ { orderedBits(c[2]), orderedBits(c[1]), orderedBits(c[0]) } };
+  }
+  /// The cell coordinates of a Bits key.
+  NG_HD void cellOfBitsKey(std::uint64_t key, double c[3]) const
+  {
+    const int next[3] = { shift[1], shift[2], bits };
+    for (int a = 0; a < 3; ++a)
+    {
+      const int width = next[a] - shift[a];
+      const std::uint64_t mask = width >= 64 ? ~std::uint64_t(0) : ((std::uint64_t(1) << width) - 1);
+      c[a] = lowest[a] + static_cast<double>((key >> shift[a]) & mask);
+    }
+  }
+  NG_HD void cellOfWideKey(const WideKey& key, double c[3]) const
+  {
+    c[0] = fromOrderedBits(key.word[2]);
+    c[1] = fromOrderedBits(key.word[1]);
+    c[2] = fromOrderedBits(key.word[0]);
+  }
+};
+
+/// Bits for a span of cells: the smallest b with 2^b >= span.
+inline int bitsForSpan(double span)
+{
+  int b = 0;
+  while (b < 64 && std::ldexp(1.0, b) < span)
+  {
+    ++b;
+  }
+  return b;
+}
+
+/// The key layout for points whose coordinates lie in [lo, hi] per axis, cells of `size`.
+inline KeyLayout makeKeyLayout(const double lo[3], const double hi[3], double size)
+{
+  KeyLayout layout;
+  bool wide = false;
+  int total = 0;
+  for (int a = 0; a < 3; ++a)
+  {
+    const double first = cellCoordinate(lo[a], size);
+    const double last = cellCoordinate(hi[a], size);
+    layout.lowest[a] = first;
+    layout.span[a] = last - first + 1.0;
+    if (isHugeCell(first) || isHugeCell(last) || !(layout.span[a] < exactIntegerLimit))
+    {
+      wide = true;
+      continue;
+    }
+    layout.shift[a] = total;
+    total += bitsForSpan(layout.span[a]);
+  }
+  // All-ones is the empty slot of the lookup table: one bit short of the word keeps it unused.
+  if (wide || total > 63)
+  {
+    layout.mode = KeyMode::Wide;
+    layout.bits = 192;
+  }
+  else
+  {
+    layout.mode = total <= 31 ? KeyMode::Bits32 : KeyMode::Bits64;
+    layout.bits = total;
+  }
+  return layout;
+}
+
+/// The cells of the points' own coordinates, and the neighbor cell at an offset: false where the
+/// offset leaves a huge axis (no neighbor there) or, for Bits keys, the bounds.
+NG_HD bool offsetCell(const double c[3], int dx, int dy, int dz, double out[3])
+{
+  const int d[3] = { dx, dy, dz };
+  for (int a = 0; a < 3; ++a)
+  {
+    if (d[a] != 0 && isHugeCell(c[a]))
+    {
+      return false;
+    }
+    out[a] = c[a] + d[a];
+  }
+  return true;
+}
+
+// --- The lookup table: key -> cell ------------------------------------------------------------
+/// One slot of the table for Bits keys. key = all ones marks an empty slot.
+struct alignas(16) BitsSlot
+{
+  std::uint64_t key;
+  std::int32_t cell;
+  std::int32_t unused;
+};
+struct alignas(16) WideSlot
+{
+  WideKey key;
+  std::int32_t cell;
+  std::int32_t unused;
+};
+constexpr std::uint64_t emptyKey = ~std::uint64_t(0);
+
+NG_HD std::uint64_t mixBits(std::uint64_t k)
+{
+  return k * 0x9E3779B97F4A7C15ull; // Fibonacci hashing: the top bits are well spread
+}
+
+NG_HD std::uint64_t mixWide(const WideKey& k)
+{
+  std::uint64_t h = mixBits(k.word[0]);
+  h = mixBits(h ^ k.word[1] ^ (h >> 29));
+  h = mixBits(h ^ k.word[2] ^ (h >> 31));
+  return h;
+}
+
+/// Open addressing with linear probing over a power-of-two number of slots, at most half full.
+/// Where the key space is no larger than the table ("identity"), the key is its own slot: no
+/// probing, and the table is the dense grid of the bounding box (the data fill their bounds).
+struct CellLookup
+{
+  KeyMode mode = KeyMode::Bits32;
+  const BitsSlot* bitsSlots = nullptr;
+  const WideSlot* wideSlots = nullptr;
+  std::uint64_t mask = 0; // slots - 1
+  int log2Slots = 1;
+  bool identity = false;
+
+  NG_HD std::uint64_t home(std::uint64_t key) const
+  {
+    return identity ? (key & mask) : (mixBits(key) >> (64 - log2Slots));
+  }
+  NG_HD std::uint64_t home(const WideKey& key) const { return mixWide(key) >> (64 - log2Slots); }
+
+  NG_HD int findBits(std::uint64_t key) const
+  {
+    for (std::uint64_t s = home(key);; s = (s + 1) & mask)
+    {
+      const BitsSlot slot = bitsSlots[s];
+      if (slot.key == key)
+      {
+        return slot.cell;
+      }
+      if (slot.key == emptyKey)
+      {
+        return -1;
+      }
+    }
+  }
+  NG_HD int findWide(const WideKey& key) const
+  {
+    for (std::uint64_t s = home(key);; s = (s + 1) & mask)
+    {
+      const WideSlot& slot = wideSlots[s];
+      if (slot.cell < 0)
+      {
+        return -1;
+      }
+      if (slot.key == key)
+      {
+        return slot.cell;
+      }
+    }
+  }
+  /// The cell at coordinates c, or -1 when no point lies there.
+  NG_HD int find(const KeyLayout& layout, const double c[3]) const
+  {
+    if (mode == KeyMode::Wide)
+    {
+      return findWide(layout.wideKey(c));
+    }
+    std::uint64_t key;
+    return layout.bitsKey(c, key) ? findBits(key) : -1;
+  }
+};
+
+/// Slots for `cells` keys: a power of two at least twice as many; `identity` when the whole key
+/// space fits (Bits keys of at most that many bits).
+inline void sizeLookup(KeyMode mode, int keyBits, std::int64_t cells, int& log2Slots, bool& identity)
+{
+  log2Slots = 1;
+  while ((std::int64_t(1) << log2Slots) < 2 * cells)
+  {
+    ++log2Slots;
+  }
+  identity = mode != KeyMode::Wide && keyBits <= log2Slots + 1;
+  if (identity)
+  {
+    log2Slots = keyBits < 1 ? 1 : keyBits;
+  }
+}
+
+} // namespace detail
+} // namespace neighborgrid

@@ -1,0 +1,435 @@
+// Grouping points by cell on the GPU: RadixCells and SlotCells (CellTable.h).
+#include "CellTable.h"
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_run_length_encode.cuh>
+#include <cub/device/device_scan.cuh>
+#include <cuda/std/tuple>
+
+namespace neighborgrid
+{
+namespace detail
+{
+namespace
+{
+
+/// CUB's view of a WideKey: three words, the first the most significant.
+struct WideKeyDecomposer
+{
+  __host__ __device__ ::cuda::std::tuple<std::uint64_t&, std::uint64_t&, std::uint64_t&> operator()(WideKey& key) const
+  {
+    return { key.word[0], key.word[1], key.word[2] };
+  }
+};
+
+__device__ __forceinline__ void makeKey(const KeyLayout& layout, const double c[3], std::uint32_t& key)
+{
+  std::uint64_t k = 0;
+  layout.bitsKey(c, k);
+  key = static_cast<std::uint32_t>(k);
+}
+__device__ __forceinline__ void makeKey(const KeyLayout& layout, const double c[3], std::uint64_t& key)
+{
+  layout.bitsKey(c, key);
+}
+__device__ __forceinline__ void makeKey(const KeyLayout& layout, const double c[3], WideKey& key)
+{
+  key = layout.wideKey(c);
+}
+
+__device__ __forceinline__ std::uint64_t asBits(std::uint32_t k)
+{
+  return k;
+}
+__device__ __forceinline__ std::uint64_t asBits(std::uint64_t k)
+{
+  return k;
+}
+
+template <class KeyT>
+__global__ void computeKeys(InputPoints input, int n, double size, KeyLayout layout, KeyT* __restrict__ keys,
+  std::int32_t* __restrict__ values)
+{
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n)
+  {
+    double c[3];
+    inputCell(input, i, size, c);
+    makeKey(layout, c, keys[i]);
+    values[i] = i;
+  }
+}
+
+/// Cell k of the sorted unique keys into the lookup table (slots claimed by their cell field).
+template <class KeyT>
+__global__ void insertUniqueKeys(const KeyT* __restrict__ unique, int cells, CellLookup lookup, BitsSlot* bitsSlots,
+  std::uint64_t* __restrict__ keptKeys)
+{
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= cells)
+  {
+    return;
+  }
+  const std::uint64_t key = asBits(unique[k]);
+  for (std::uint64_t s = lookup.home(key);; s = (s + 1) & lookup.mask)
+  {
+    if (atomicCAS(&bitsSlots[s].cell, -1, k) == -1)
+    {
+      bitsSlots[s].key = key;
+      break;
+    }
+  }
+  if (keptKeys)
+  {
+    keptKeys[k] = key;
+  }
+}
+
+__global__ void insertUniqueWideKeys(const WideKey* __restrict__ unique, int cells, CellLookup lookup,
+  WideSlot* wideSlots, WideKey* __restrict__ keptKeys)
+{
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= cells)
+  {
+    return;
+  }
+  const WideKey key = unique[k];
+  for (std::uint64_t s = lookup.home(key);; s = (s + 1) & lookup.mask)
+  {
+    if (atomicCAS(&wideSlots[s].cell, -1, k) == -1)
+    {
+      wideSlots[s].key = key;
+      break;
+    }
+  }
+  if (keptKeys)
+  {
+    keptKeys[k] = key;
+  }
+}
+
+/// out[orderToInput[s]] = the cell holding position s (a binary search in the cell starts).
+__global__ void cellOfInputKernel(const std::int32_t* __restrict__ start, int cells,
+  const std::int32_t* __restrict__ orderToInput, int n, std::int32_t* __restrict__ out)
+{
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= n)
+  {
+    return;
+  }
+  int lo = 0, hi = cells - 1; // the last k with start[k] <= s
+  while (lo < hi)
+  {
+    const int mid = (lo + hi + 1) / 2;
+    if (start[mid] <= s)
+    {
+      lo = mid;
+    }
+    else
+    {
+      hi = mid - 1;
+    }
+  }
+  out[orderToInput[s]] = lo;
+}
+
+/// Every point finds or inserts its cell's key; the slot is the cell id.
+__global__ void insertPointKeys(InputPoints input, int n, double size, KeyLayout layout, CellLookup lookup,
+  BitsSlot* bitsSlots, std::int32_t* __restrict__ slotOf)
+{
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n)
+  {
+    return;
+  }
+  double c[3];
+  inputCell(input, i, size, c);
+  std::uint64_t key = 0;
+  layout.bitsKey(c, key);
+  unsigned long long* keys = reinterpret_cast<unsigned long long*>(&bitsSlots[0].key);
+  constexpr int stride = sizeof(BitsSlot) / sizeof(unsigned long long);
+  for (std::uint64_t s = lookup.home(key);; s = (s + 1) & lookup.mask)
+  {
+    unsigned long long seen = keys[s * stride];
+    if (seen == emptyKey)
+    {
+      seen = atomicCAS(keys + s * stride, emptyKey, key);
+      if (seen == emptyKey)
+      {
+        bitsSlots[s].cell = static_cast<std::int32_t>(s);
+        seen = key;
+      }
+    }
+    if (seen == key)
+    {
+      slotOf[i] = static_cast<std::int32_t>(s);
+      return;
+    }
+  }
+}
+
+std::int64_t keySize(KeyMode mode)
+{
+  return mode == KeyMode::Bits32 ? 4 : (mode == KeyMode::Bits64 ? 8 : std::int64_t(sizeof(WideKey)));
+}
+
+std::int64_t alignUp(std::int64_t bytes)
+{
+  return (bytes + 255) & ~std::int64_t(255);
+}
+
+/// Slots for at most `cells` cells.
+std::int64_t lookupBytes(KeyMode mode, int bits, std::int64_t cells)
+{
+  int log2Slots = 1;
+  bool identity = false;
+  sizeLookup(mode, bits, std::max<std::int64_t>(1, cells), log2Slots, identity);
+  return (std::int64_t(1) << log2Slots) * (mode == KeyMode::Wide ? sizeof(WideSlot) : sizeof(BitsSlot));
+}
+
+template <class KeyT, class Decomposer>
+struct RadixBuild
+{
+  /// Sorts keys/values (DoubleBuffers in place), run-length encodes the sorted keys into
+  /// `unique` and `counts`, and returns the number of cells.
+  static int sortAndEncode(CudaRun& run, cub::DoubleBuffer<KeyT>& keys, cub::DoubleBuffer<std::int32_t>& values,
+    int bits, std::int32_t* counts, int* runCount, int* runCountHost, DeviceBuffer<unsigned char>& scratch,
+    std::int32_t* orderToInput, KeyT*& unique)
+  {
+    const int n = static_cast<int>(run.count);
+    std::size_t sortBytes = 0, encodeBytes = 0;
+    if constexpr (std::is_same<KeyT, WideKey>::value)
+    {
+      NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sortBytes, keys, values, n, Decomposer{}, run.stream),
+        "sizing the radix sort of cell keys");
+    }
+    else
+    {
+      NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sortBytes, keys, values, n, 0, std::max(1, bits), run.stream),
+        "sizing the radix sort of cell keys");
+    }
+    NG_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, encodeBytes, keys.Current(), keys.Alternate(), counts,
+                    runCount, n, run.stream),
+      "sizing the run-length encoding of cell keys");
+    void* temp = scratch.ensure(std::max(sortBytes, encodeBytes), "radix sort scratch");
+    if constexpr (std::is_same<KeyT, WideKey>::value)
+    {
+      NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sortBytes, keys, values, n, Decomposer{}, run.stream),
+        "radix-sorting cell keys");
+    }
+    else
+    {
+      NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sortBytes, keys, values, n, 0, std::max(1, bits), run.stream),
+        "radix-sorting cell keys");
+    }
+    // The order may have ended in either value buffer: it lives in orderToInput from here on, and
+    // the other one (values A) takes the counts of the cells.
+    if (values.Current() != orderToInput)
+    {
+      NG_CUDA_CHECK(cudaMemcpyAsync(orderToInput, values.Current(), sizeof(std::int32_t) * std::size_t(n),
+                      cudaMemcpyDeviceToDevice, run.stream),
+        "moving the sorted order");
+    }
+    // The keys' other buffer takes the unique keys.
+    unique = keys.Alternate();
+    NG_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(temp, encodeBytes, keys.Current(), unique, counts, runCount, n,
+                    run.stream),
+      "finding the cells (run-length encoding)");
+    NG_CUDA_CHECK(cudaMemcpyAsync(runCountHost, runCount, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
+      "reading the number of cells");
+    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "finding the cells");
+    return *runCountHost;
+  }
+};
+
+} // namespace
+
+// --- RadixCells ---------------------------------------------------------------------------------
+RadixCells::RadixCells(DevicePool& pool)
+  : region_(pool), orderToInput_(pool), start_(pool), bitsSlots_(pool), wideSlots_(pool), wideKeys_(pool),
+    bitsKeys_(pool), scratch_(pool), runCount_(pool)
+{
+}
+
+std::int64_t RadixCells::plannedBytes(std::int64_t n, const KeyLayout& layout, bool keepKeys)
+{
+  const KeyMode mode = layout.mode;
+  const std::int64_t k = keySize(mode);
+  const std::int64_t cells = cellCapacity(n, layout);
+  const std::int64_t region = std::max<std::int64_t>(16 * n, 2 * alignUp(k * n) + 4 * n) + 512;
+  std::int64_t bytes = region + 4 * n + 4 * (cells + 1) + lookupBytes(mode, layout.bits, cells);
+  if (keepKeys)
+  {
+    bytes += (mode == KeyMode::Wide ? k : 8) * cells;
+  }
+  // CUB's radix sort with double buffers needs about a tenth of a key per item, the encoding less.
+  return bytes + n / 4 + (std::int64_t(32) << 20);
+}
+
+std::int64_t RadixCells::heldBytes() const
+{
+  return std::int64_t(region_.bytes() + orderToInput_.bytes() + start_.bytes() + bitsSlots_.bytes() +
+    wideSlots_.bytes() + wideKeys_.bytes() + bitsKeys_.bytes() + scratch_.bytes() + runCount_.bytes());
+}
+
+void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys)
+{
+  const std::int64_t n = run.count;
+  const std::int64_t k = keySize(layout.mode);
+  // Region: keys A | keys B | values A, later the particles (16 bytes per point).
+  const std::int64_t keyBytesAll = alignUp(k * n);
+  const std::int64_t regionBytes = std::max<std::int64_t>(16 * n, 2 * keyBytesAll + 4 * n) + 512;
+  unsigned char* region = region_.ensure(std::size_t(regionBytes), "cell keys and particles");
+  std::int32_t* orderToInput = orderToInput_.ensure(std::size_t(n), "cell order to input order");
+  runCountHost_.ensure(1, "cell count (pinned host memory)");
+  int* runCount = runCount_.ensure(1, "cell count");
+  void* keysA = region;
+  void* keysB = region + keyBytesAll;
+  std::int32_t* valuesA = reinterpret_cast<std::int32_t*>(region + 2 * keyBytesAll);
+  const int blocks = blocksFor(n);
+  int cells = 0;
+  void* uniqueKeys = nullptr;
+  auto run3 = [&](auto keyTag) {
+    using KeyT = decltype(keyTag);
+    computeKeys<KeyT><<<blocks, 256, 0, run.stream>>>(
+      run.input, static_cast<int>(n), cellSize, layout, static_cast<KeyT*>(keysA), valuesA);
+    NG_CUDA_CHECK_LAUNCH("computeKeys");
+    cub::DoubleBuffer<KeyT> keys(static_cast<KeyT*>(keysA), static_cast<KeyT*>(keysB));
+    cub::DoubleBuffer<std::int32_t> values(valuesA, orderToInput);
+    KeyT* unique = nullptr;
+    cells = RadixBuild<KeyT, WideKeyDecomposer>::sortAndEncode(
+      run, keys, values, layout.bits, valuesA, runCount, runCountHost_.get(), scratch_, orderToInput, unique);
+    uniqueKeys = unique;
+  };
+  switch (layout.mode)
+  {
+    case KeyMode::Bits32:
+      run3(std::uint32_t{});
+      break;
+    case KeyMode::Bits64:
+      run3(std::uint64_t{});
+      break;
+    case KeyMode::Wide:
+      run3(WideKey{});
+      break;
+  }
+  // Cell starts: an inclusive sum of the counts (in valuesA) after a zero.
+  std::int32_t* start = start_.ensure(std::size_t(cells) + 1, "cell starts");
+  NG_CUDA_CHECK(cudaMemsetAsync(start, 0, sizeof(std::int32_t), run.stream), "cell starts");
+  std::size_t scanBytes = 0;
+  NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scanBytes, valuesA, start + 1, cells, run.stream),
+    "sizing the cell scan");
+  void* temp = scratch_.ensure(std::max(scratch_.bytes(), scanBytes) + 1, "scan scratch");
+  NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scanBytes, valuesA, start + 1, cells, run.stream),
+    "scanning cell counts");
+
+  // The lookup table.
+  table_ = CellTable{};
+  table_.layout = layout;
+  table_.cellSize = cellSize;
+  table_.inverseCellSize = 1.0 / cellSize;
+  table_.start = start;
+  table_.cells = cells;
+  CellLookup& lookup = table_.lookup;
+  lookup.mode = layout.mode;
+  sizeLookup(layout.mode, layout.bits, cells, lookup.log2Slots, lookup.identity);
+  const std::size_t slots = std::size_t(1) << lookup.log2Slots;
+  lookup.mask = slots - 1;
+  if (layout.mode == KeyMode::Wide)
+  {
+    WideSlot* wide = wideSlots_.ensure(slots, "cell lookup table");
+    NG_CUDA_CHECK(cudaMemsetAsync(wide, 0xff, slots * sizeof(WideSlot), run.stream), "clearing the cell lookup");
+    lookup.wideSlots = wide;
+    WideKey* kept = keepKeys ? wideKeys_.ensure(std::size_t(cells), "cell keys") : nullptr;
+    insertUniqueWideKeys<<<blocksFor(cells), 256, 0, run.stream>>>(
+      static_cast<const WideKey*>(uniqueKeys), cells, lookup, wide, kept);
+    NG_CUDA_CHECK_LAUNCH("insertUniqueWideKeys");
+    table_.wideKeys = kept;
+  }
+  else
+  {
+    BitsSlot* bits = bitsSlots_.ensure(slots, "cell lookup table");
+    NG_CUDA_CHECK(cudaMemsetAsync(bits, 0xff, slots * sizeof(BitsSlot), run.stream), "clearing the cell lookup");
+    lookup.bitsSlots = bits;
+    std::uint64_t* kept = keepKeys ? bitsKeys_.ensure(std::size_t(cells), "cell keys") : nullptr;
+    if (layout.mode == KeyMode::Bits32)
+    {
+      insertUniqueKeys<<<blocksFor(cells), 256, 0, run.stream>>>(
+        static_cast<const std::uint32_t*>(uniqueKeys), cells, lookup, bits, kept);
+    }
+    else
+    {
+      insertUniqueKeys<<<blocksFor(cells), 256, 0, run.stream>>>(
+        static_cast<const std::uint64_t*>(uniqueKeys), cells, lookup, bits, kept);
+    }
+    NG_CUDA_CHECK_LAUNCH("insertUniqueKeys");
+    table_.bitsKeys = kept;
+  }
+}
+
+void RadixCells::cellOfInput(CudaRun& run, std::int32_t* out)
+{
+  cellOfInputKernel<<<blocksFor(run.count), 256, 0, run.stream>>>(
+    table_.start, table_.cells, orderToInput_.get(), static_cast<int>(run.count), out);
+  NG_CUDA_CHECK_LAUNCH("cellOfInput");
+}
+
+// --- SlotCells ----------------------------------------------------------------------------------
+SlotCells::SlotCells(DevicePool& pool) : bitsSlots_(pool), slotOf_(pool), ranks_(pool) {}
+
+std::int64_t SlotCells::plannedBytes(std::int64_t n, const KeyLayout& layout)
+{
+  if (layout.mode == KeyMode::Wide)
+  {
+    return 4 * n + RadixCells::plannedBytes(n, layout, true);
+  }
+  return 4 * n + lookupBytes(layout.mode, layout.bits, cellCapacity(n, layout));
+}
+
+std::int64_t SlotCells::heldBytes() const
+{
+  return std::int64_t(bitsSlots_.bytes() + slotOf_.bytes()) + ranks_.heldBytes();
+}
+
+void SlotCells::build(CudaRun& run, const KeyLayout& layout, double cellSize)
+{
+  const std::int64_t n = run.count;
+  std::int32_t* slotOf = slotOf_.ensure(std::size_t(n), "cell slot of each point");
+  table_ = CellTable{};
+  if (layout.mode == KeyMode::Wide)
+  {
+    // Rank the cells with the radix sort; the rank is the slot, the radix lookup finds it.
+    ranks_.build(run, layout, cellSize, true);
+    ranks_.cellOfInput(run, slotOf);
+    table_ = ranks_.table();
+    slots_ = table_.cells;
+    return;
+  }
+  table_.layout = layout;
+  table_.cellSize = cellSize;
+  table_.inverseCellSize = 1.0 / cellSize;
+  table_.cellsAreSlots = true;
+  CellLookup& lookup = table_.lookup;
+  lookup.mode = layout.mode;
+  sizeLookup(layout.mode, layout.bits, cellCapacity(n, layout), lookup.log2Slots, lookup.identity);
+  const std::size_t slots = std::size_t(1) << lookup.log2Slots;
+  lookup.mask = slots - 1;
+  BitsSlot* table = bitsSlots_.ensure(slots, "occupied-cell table");
+  NG_CUDA_CHECK(cudaMemsetAsync(table, 0xff, slots * sizeof(BitsSlot), run.stream), "clearing the occupied-cell table");
+  lookup.bitsSlots = table;
+  insertPointKeys<<<blocksFor(n), 256, 0, run.stream>>>(
+    run.input, static_cast<int>(n), cellSize, layout, lookup, table, slotOf);
+  NG_CUDA_CHECK_LAUNCH("insertPointKeys");
+  slots_ = static_cast<std::int32_t>(slots);
+  table_.cells = slots_;
+}
+
+CellTable SlotCells::table(const std::int32_t* start) const
+{
+  CellTable t = table_;
+  t.start = start;
+  return t;
+}
+
+} // namespace detail
+} // namespace neighborgrid

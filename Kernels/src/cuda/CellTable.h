@@ -1,0 +1,111 @@
+// Grouping points by cell on the GPU (CellGrid.h): the two ways the methods build their cells.
+//  - RadixCells (Green's radix sort): keys sorted with CUB, runs of equal keys are the cells, in
+//    key order, and a lookup table maps a key to its cell. Any key mode.
+//  - SlotCells (Hoetzlein's and FENNS's counting sorts): each point inserts its cell's key into a
+//    hash table of occupied cells, whose slot is the cell id; the method counts and scatters by
+//    slot. Bits keys (an atomic compare-and-swap per key); keys wider than 64 bits are ranked by
+//    RadixCells first and the rank is the slot.
+// Included only by .cu files.
+#pragma once
+
+#include "CudaRun.h"
+
+namespace neighborgrid
+{
+namespace detail
+{
+
+/// A grid of cells as the search kernels see it.
+struct CellTable
+{
+  KeyLayout layout;
+  double cellSize = 1.0;
+  double inverseCellSize = 1.0;
+  CellLookup lookup;                       // key -> cell id
+  const std::int32_t* start = nullptr;     // cells + 1 entries: the points of cell k are [start[k], start[k + 1])
+  std::int32_t cells = 0;
+  const WideKey* wideKeys = nullptr;       // cell id -> key (Wide keys)
+  const std::uint64_t* bitsKeys = nullptr; // cell id -> key (Bits keys, cells in key order)
+  bool cellsAreSlots = false;              // Bits slot tables: cell id = slot, its key in the slot
+
+  NG_HD int find(const double c[3]) const { return lookup.find(layout, c); }
+  NG_HD void coordinates(int cell, double c[3]) const
+  {
+    if (layout.mode == KeyMode::Wide)
+    {
+      layout.cellOfWideKey(wideKeys[cell], c);
+    }
+    else
+    {
+      layout.cellOfBitsKey(cellsAreSlots ? lookup.bitsSlots[cell].key : bitsKeys[cell], c);
+    }
+  }
+};
+
+/// The lookup size for n points on this layout when the cells are not counted yet: at most one
+/// cell per point, and no more than the key space.
+inline std::int64_t cellCapacity(std::int64_t n, const KeyLayout& layout)
+{
+  if (layout.mode != KeyMode::Wide && layout.bits < 62)
+  {
+    return std::min<std::int64_t>(n, std::int64_t(1) << layout.bits);
+  }
+  return n;
+}
+
+class RadixCells
+{
+public:
+  explicit RadixCells(DevicePool& pool);
+  /// Device bytes build() holds for n points (cells <= n), the particles' 16 bytes per point
+  /// included: they reuse the memory of the keys.
+  static std::int64_t plannedBytes(std::int64_t n, const KeyLayout& layout, bool keepKeys);
+  /// Groups the run's points by cells of `cellSize`, keys by `layout`: orderToInput(), the cells
+  /// in key order, a lookup table; particleRegion() (16 bytes per point) is then free for the
+  /// caller. keepKeys: the table can give each cell's coordinates.
+  void build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys);
+  const CellTable& table() const { return table_; }
+  std::int32_t* orderToInput() const { return orderToInput_.get(); }
+  Particle* particleRegion() const { return reinterpret_cast<Particle*>(region_.get()); }
+  /// out[i] = the cell of input point i, for n points.
+  void cellOfInput(CudaRun& run, std::int32_t* out);
+  std::int64_t heldBytes() const;
+
+private:
+  DeviceBuffer<unsigned char> region_;
+  DeviceBuffer<std::int32_t> orderToInput_;
+  DeviceBuffer<std::int32_t> start_;
+  DeviceBuffer<BitsSlot> bitsSlots_;
+  DeviceBuffer<WideSlot> wideSlots_;
+  DeviceBuffer<WideKey> wideKeys_;
+  DeviceBuffer<std::uint64_t> bitsKeys_;
+  DeviceBuffer<unsigned char> scratch_;
+  DeviceBuffer<int> runCount_;
+  PinnedBuffer<int> runCountHost_;
+  CellTable table_;
+};
+
+class SlotCells
+{
+public:
+  explicit SlotCells(DevicePool& pool);
+  /// Device bytes build() holds for n points.
+  static std::int64_t plannedBytes(std::int64_t n, const KeyLayout& layout);
+  /// Slot of every point's cell (slotOf(), input order) in a table of occupied cells.
+  void build(CudaRun& run, const KeyLayout& layout, double cellSize);
+  std::int32_t slots() const { return slots_; }
+  const std::int32_t* slotOf() const { return slotOf_.get(); }
+  /// The table, with the caller's start array over slots (slots() + 1 entries).
+  CellTable table(const std::int32_t* start) const;
+  std::int64_t heldBytes() const;
+
+private:
+  DeviceBuffer<BitsSlot> bitsSlots_;
+  DeviceBuffer<std::int32_t> slotOf_;
+  RadixCells ranks_; // keys wider than 64 bits
+  CellTable table_;
+  std::int32_t slots_ = 0;
+};
+
+} // namespace detail
+} // namespace neighborgrid

@@ -1,0 +1,150 @@
+// Counting Sort (Hoetzlein 2013, Fluids v3): every point finds its cell in a hash table of the
+// occupied cells and takes an offset in it with an atomic increment; an exclusive scan over the
+// cells gives their starts; the points are scattered into cell order; one thread per point then
+// searches the 27 cells around its own (GridSearch.cuh).
+// The table's slots are the cells. Where the data fill their bounds the key is its own slot (no
+// hashing: the paper's dense grid over the bounding box); elsewhere, such as around a far outlier,
+// only occupied cells take slots. Keys wider than 64 bits are grouped by the radix sort instead
+// (CellTable.h).
+#include "GridSearch.cuh"
+
+#include <cub/device/device_scan.cuh>
+
+namespace neighborgrid
+{
+namespace detail
+{
+namespace
+{
+
+__global__ void takeOffsets(const std::int32_t* __restrict__ slotOf, int n, std::int32_t* __restrict__ counts,
+  std::int32_t* __restrict__ offsetInCell)
+{
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n)
+  {
+    offsetInCell[i] = atomicAdd(counts + slotOf[i], 1);
+  }
+}
+
+__global__ void scatterToCells(InputPoints input, int n, const std::int32_t* __restrict__ slotOf,
+  const std::int32_t* __restrict__ offsetInCell, const std::int32_t* __restrict__ start, double cellSize,
+  double inverseCellSize, Particle* __restrict__ particles, std::int32_t* __restrict__ orderToInput)
+{
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n)
+  {
+    const int s = start[slotOf[i]] + offsetInCell[i];
+    particles[s] = inputParticle(input, i, cellSize, inverseCellSize);
+    orderToInput[s] = i;
+  }
+}
+
+class CountingSort final : public CudaMethod
+{
+public:
+  explicit CountingSort(DevicePool& pool)
+    : slots_(pool), radix_(pool), counts_(pool), start_(pool), offsets_(pool), particles_(pool), orderToInput_(pool),
+      scratch_(pool)
+  {
+  }
+  Method id() const override { return Method::CountingSort; }
+
+  std::int64_t plannedBytes(const CudaRun& run) const override
+  {
+    const Problem& p = *run.problem;
+    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSizeFor(p.radius, 1));
+    const std::int64_t n = run.count;
+    if (layout.mode == KeyMode::Wide)
+    {
+      return RadixCells::plannedBytes(n, layout, false);
+    }
+    const std::int64_t slots = 2 * cellCapacity(n, layout) + 2; // upper bound of the table's size
+    return SlotCells::plannedBytes(n, layout) + 8 * (slots + 1) + 4 * n + 16 * n + 4 * n + (std::int64_t(8) << 20);
+  }
+
+  void sort(CudaRun& run) override
+  {
+    const Problem& p = *run.problem;
+    const int n = static_cast<int>(run.count);
+    cellSize_ = cellSizeFor(p.radius, 1);
+    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSize_);
+    test_ = makePairTest(p.radius, cellSize_, 2.0, run.input);
+    wide_ = layout.mode == KeyMode::Wide;
+    if (wide_)
+    {
+      radix_.build(run, layout, cellSize_, false);
+      particles_.release();
+      orderToInput_.release();
+      particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(
+        run.input, radix_.orderToInput(), n, cellSize_, 1.0 / cellSize_, radix_.particleRegion());
+      NG_CUDA_CHECK_LAUNCH("particlesInOrder");
+      table_ = radix_.table();
+      return;
+    }
+    slots_.build(run, layout, cellSize_);
+    const int slots = slots_.slots();
+    std::int32_t* counts = counts_.ensure(std::size_t(slots) + 1, "cell counts");
+    std::int32_t* start = start_.ensure(std::size_t(slots) + 1, "cell starts");
+    std::int32_t* offsets = offsets_.ensure(std::size_t(n), "offset of each point in its cell");
+    Particle* particles = particles_.ensure(std::size_t(n), "particles (cell order)");
+    std::int32_t* orderToInput = orderToInput_.ensure(std::size_t(n), "cell order to input order");
+    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(std::int32_t) * (std::size_t(slots) + 1), run.stream),
+      "clearing cell counts");
+    takeOffsets<<<blocksFor(n), 256, 0, run.stream>>>(slots_.slotOf(), n, counts, offsets);
+    NG_CUDA_CHECK_LAUNCH("takeOffsets");
+    std::size_t scanBytes = 0;
+    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, counts, start, slots + 1, run.stream),
+      "sizing the cell scan");
+    void* temp = scratch_.ensure(scanBytes, "scan scratch");
+    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scanBytes, counts, start, slots + 1, run.stream),
+      "scanning cell counts");
+    scatterToCells<<<blocksFor(n), 256, 0, run.stream>>>(
+      run.input, n, slots_.slotOf(), offsets, start, cellSize_, 1.0 / cellSize_, particles, orderToInput);
+    NG_CUDA_CHECK_LAUNCH("scatterToCells");
+    table_ = slots_.table(start);
+  }
+  double cellSize() const override { return cellSize_; }
+  Particle* particles() override { return wide_ ? radix_.particleRegion() : particles_.get(); }
+  const std::int32_t* orderToInput() const override { return wide_ ? radix_.orderToInput() : orderToInput_.get(); }
+  std::int64_t heldBytes() const override
+  {
+    return slots_.heldBytes() + radix_.heldBytes() +
+      std::int64_t(counts_.bytes() + start_.bytes() + offsets_.bytes() + particles_.bytes() + orderToInput_.bytes() +
+        scratch_.bytes());
+  }
+
+  NEIGHBORGRID_SEARCHES_BY(launch)
+
+private:
+  template <class Op>
+  void launch(CudaRun& run, const Op& op)
+  {
+    const int n = static_cast<int>(run.count);
+    gridSearch<<<blocksFor(n, gridSearchThreads), gridSearchThreads, 0, run.stream>>>(
+      table_, particles(), orderToInput(), n, test_, op, run.decided);
+  }
+
+  SlotCells slots_;
+  RadixCells radix_;
+  DeviceBuffer<std::int32_t> counts_;
+  DeviceBuffer<std::int32_t> start_;
+  DeviceBuffer<std::int32_t> offsets_;
+  DeviceBuffer<Particle> particles_;
+  DeviceBuffer<std::int32_t> orderToInput_;
+  DeviceBuffer<unsigned char> scratch_;
+  CellTable table_;
+  double cellSize_ = 1.0;
+  bool wide_ = false;
+  PairTest test_;
+};
+
+} // namespace
+
+std::unique_ptr<CudaMethod> makeCountingSort(DevicePool& pool)
+{
+  return std::make_unique<CountingSort>(pool);
+}
+
+} // namespace detail
+} // namespace neighborgrid

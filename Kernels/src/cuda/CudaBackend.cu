@@ -1,0 +1,731 @@
+// CUDA backend: the device, transfers, the memory check, and the passes of an operation
+// (OperationPlan.h) around a method's sort and search. The methods, one file each:
+//  - CountingSort.cu (Hoetzlein 2013), RadixSort.cu (Green 2008/2012), both searching through
+//    GridSearch.cuh;
+//  - Fenns.cu / Fenns.cuh: FENNS (Groß et al. 2019) and CLAWS (2020);
+//  - BruteForce.cu: every pair, for validation.
+// They share the grid (CellGrid.h, CellTable.h): cells keyed by their coordinates, occupied cells
+// only, points in frame coordinates of their cell, pairs within rounding of R decided in double
+// from the caller's coordinates (PairTest.h), which stay on the device as given.
+//
+// Sizes: up to 2^31 - 2 points per run; every index into per-point arrays of more than one value
+// and every byte count is 64-bit. Before a run the backend adds up the device memory it will need
+// and says clearly when that does not fit (Engine::setDeviceMemoryLimit can lower the ceiling).
+// Host arrays cross PCIe through a ring of pinned slices, so host memory stays O(slice).
+#include "../OperationPlan.h"
+#include "../Parallel.h"
+#include "../Timer.h"
+#include "CudaRun.h"
+
+#include <cub/block/block_reduce.cuh>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace neighborgrid
+{
+namespace detail
+{
+namespace
+{
+
+// --- Coordinates: bounds and the non-finite check, on the GPU -----------------------------------
+constexpr int boundsThreads = 256;
+
+template <class T>
+__global__ void coordinateBoundsPartial(const T* __restrict__ raw, std::int64_t n, double* __restrict__ partial,
+  unsigned long long* __restrict__ firstBad)
+{
+  double lo[3] = { HUGE_VAL, HUGE_VAL, HUGE_VAL }, hi[3] = { -HUGE_VAL, -HUGE_VAL, -HUGE_VAL };
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+  {
+    const double v[3] = { double(raw[3 * i]), double(raw[3 * i + 1]), double(raw[3 * i + 2]) };
+    if (!(isfinite(v[0]) && isfinite(v[1]) && isfinite(v[2])))
+    {
+      atomicMin(firstBad, static_cast<unsigned long long>(i));
+      continue;
+    }
+    for (int a = 0; a < 3; ++a)
+    {
+      lo[a] = fmin(lo[a], v[a]);
+      hi[a] = fmax(hi[a], v[a]);
+    }
+  }
+  using Reduce = cub::BlockReduce<double, boundsThreads>;
+  __shared__ typename Reduce::TempStorage storage;
+  for (int a = 0; a < 3; ++a)
+  {
+    const double blockLo = Reduce(storage).Reduce(lo[a], [](double x, double y) { return fmin(x, y); });
+    __syncthreads();
+    const double blockHi = Reduce(storage).Reduce(hi[a], [](double x, double y) { return fmax(x, y); });
+    __syncthreads();
+    if (threadIdx.x == 0)
+    {
+      partial[6 * blockIdx.x + a] = blockLo;
+      partial[6 * blockIdx.x + 3 + a] = blockHi;
+    }
+  }
+}
+
+__global__ void coordinateBoundsFinal(const double* __restrict__ partial, int blocks, double* __restrict__ bounds)
+{
+  if (threadIdx.x < 6)
+  {
+    const bool isLo = threadIdx.x < 3;
+    double v = isLo ? HUGE_VAL : -HUGE_VAL;
+    for (int b = 0; b < blocks; ++b)
+    {
+      v = isLo ? fmin(v, partial[6 * b + threadIdx.x]) : fmax(v, partial[6 * b + threadIdx.x]);
+    }
+    bounds[threadIdx.x] = v;
+  }
+}
+
+// --- Weights and gathers ------------------------------------------------------------------------
+__global__ void setWeightsKernel(Particle* __restrict__ particles, int n, const std::int32_t* __restrict__ orderToInput,
+  const float* __restrict__ mass, float constantWeight)
+{
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s < n)
+  {
+    particles[s].w = mass ? mass[orderToInput ? orderToInput[s] : s] : constantWeight;
+  }
+}
+
+__global__ void divideWeightsKernel(Particle* __restrict__ particles, int n, const float* __restrict__ density)
+{
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s < n)
+  {
+    particles[s].w /= density[s];
+  }
+}
+
+__global__ void gatherKernel(const float* __restrict__ values, int components, int first, int count, int n,
+  const std::int32_t* __restrict__ orderToInput, float* __restrict__ gathered)
+{
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= n)
+  {
+    return;
+  }
+  const std::int64_t i = orderToInput ? orderToInput[s] : s;
+  for (int c = 0; c < count; ++c)
+  {
+    gathered[std::int64_t(s) * count + c] = values[i * components + first + c];
+  }
+}
+
+/// Testing knob (NEIGHBORGRID_TEST_CUDA_FAULT): an illegal address, the sticky error that ends a
+/// CUDA context, to test that the next run recovers.
+__global__ void illegalAddressKernel(int* volatile target)
+{
+  *target = 1;
+}
+
+// --- The device ------------------------------------------------------------------------------
+struct DeviceInfo
+{
+  bool usable = false;
+  std::string why;
+};
+
+const DeviceInfo& probeDevice()
+{
+  static DeviceInfo info;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess)
+    {
+      (void)cudaGetLastError();
+      info.why = std::string("no usable CUDA device (") + cudaGetErrorString(status) + ")";
+      return;
+    }
+    if (count == 0)
+    {
+      info.why = "no CUDA device found";
+      return;
+    }
+    int device = 0;
+    cudaDeviceProp prop{};
+    if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    {
+      (void)cudaGetLastError();
+      info.why = "the CUDA device could not be queried";
+      return;
+    }
+    if (prop.major < 8)
+    {
+      info.why = std::string("the CUDA device ") + prop.name + " has compute capability " + std::to_string(prop.major) +
+        "." + std::to_string(prop.minor) + "; this build has code for 8.0 and newer";
+      return;
+    }
+    info.usable = true;
+  });
+  return info;
+}
+
+/// Host arrays to and from the device through a ring of pinned slices: a slice is copied to or
+/// from pinned memory on several threads while others cross PCIe. Host memory: the ring only.
+class TransferRing
+{
+public:
+  static constexpr std::size_t sliceBytes = std::size_t(32) << 20;
+  static constexpr int slices = 4;
+
+  TransferRing()
+  {
+    for (cudaEvent_t& e : events_)
+    {
+      NG_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    }
+  }
+  ~TransferRing()
+  {
+    for (cudaEvent_t e : events_)
+    {
+      cudaEventDestroy(e);
+    }
+  }
+
+  void upload(void* device, const void* host, std::size_t bytes, cudaStream_t stream, const char* what)
+  {
+    char* ring = buffer_.ensure(sliceBytes * slices, "transfer ring (pinned host memory)");
+    const std::size_t chunks = (bytes + sliceBytes - 1) / sliceBytes;
+    for (std::size_t k = 0; k < chunks; ++k)
+    {
+      const int slot = static_cast<int>(k % slices);
+      const std::size_t offset = k * sliceBytes;
+      const std::size_t length = std::min(sliceBytes, bytes - offset);
+      NG_CUDA_CHECK(cudaEventSynchronize(events_[slot]), what); // the slot's previous copy is done
+      copy(ring + slot * sliceBytes, static_cast<const char*>(host) + offset, length);
+      NG_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(device) + offset, ring + slot * sliceBytes, length,
+                      cudaMemcpyHostToDevice, stream),
+        what);
+      NG_CUDA_CHECK(cudaEventRecord(events_[slot], stream), what);
+    }
+  }
+
+  void download(void* host, const void* device, std::size_t bytes, cudaStream_t stream, const char* what)
+  {
+    char* ring = buffer_.ensure(sliceBytes * slices, "transfer ring (pinned host memory)");
+    const std::size_t chunks = (bytes + sliceBytes - 1) / sliceBytes;
+    auto issue = [&](std::size_t k) {
+      const int slot = static_cast<int>(k % slices);
+      const std::size_t offset = k * sliceBytes;
+      NG_CUDA_CHECK(cudaMemcpyAsync(ring + slot * sliceBytes, static_cast<const char*>(device) + offset,
+                      std::min(sliceBytes, bytes - offset), cudaMemcpyDeviceToHost, stream),
+        what);
+      NG_CUDA_CHECK(cudaEventRecord(events_[slot], stream), what);
+    };
+    for (std::size_t k = 0; k < std::min<std::size_t>(chunks, slices); ++k)
+    {
+      issue(k);
+    }
+    for (std::size_t k = 0; k < chunks; ++k)
+    {
+      const int slot = static_cast<int>(k % slices);
+      const std::size_t offset = k * sliceBytes;
+      NG_CUDA_CHECK(cudaEventSynchronize(events_[slot]), what);
+      copy(static_cast<char*>(host) + offset, ring + slot * sliceBytes, std::min(sliceBytes, bytes - offset));
+      if (k + slices < chunks)
+      {
+        issue(k + slices);
+      }
+    }
+  }
+
+private:
+  void copy(char* to, const char* from, std::size_t bytes)
+  {
+    const int threads = bytes >= (std::size_t(4) << 20) ? copyThreads_ : 1;
+    parallelSlices(threads, std::int64_t(threads), [&](int, std::int64_t begin, std::int64_t end) {
+      const std::size_t first = bytes * std::size_t(begin) / threads;
+      const std::size_t last = bytes * std::size_t(end) / threads;
+      std::memcpy(to + first, from + first, last - first);
+    });
+  }
+
+  int copyThreads_ = static_cast<int>(std::max(1u, std::min(8u, std::thread::hardware_concurrency())));
+  PinnedBuffer<char> buffer_;
+  cudaEvent_t events_[slices] = {};
+};
+
+class CudaBackend final : public BackendImplementation
+{
+public:
+  explicit CudaBackend(std::int64_t memoryLimit)
+    : memoryLimit_(memoryLimit), deviceRaw_(inputPool_), boundsPartial_(pool_), firstBad_(pool_), mass_(pool_),
+      values_(pool_), smoothed_(pool_), density_(pool_), count_(pool_), orderedDensity_(pool_), gathered_(pool_),
+      decided_(pool_)
+  {
+    NG_CUDA_CHECK(cudaGetDevice(&device_.id), "cudaGetDevice");
+    cudaDeviceProp prop{};
+    NG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_.id), "cudaGetDeviceProperties");
+    device_.name = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+    device_.multiprocessors = prop.multiProcessorCount;
+    device_.sharedMemoryPerBlock = static_cast<int>(prop.sharedMemPerBlockOptin);
+    NG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~CudaBackend() override
+  {
+    for (auto& m : methods_)
+    {
+      m.reset();
+    }
+    for (cudaEvent_t e : events_)
+    {
+      cudaEventDestroy(e);
+    }
+    if (stream_)
+    {
+      cudaStreamDestroy(stream_);
+    }
+  }
+
+  /// The caller's coordinates travel as they are; the GPU finds the bounds and checks for
+  /// non-finite values. They stay on the device: the methods read them to make frame coordinates
+  /// and to decide pairs within rounding of R.
+  void prepareCoordinates(const Points& points, int /*threads*/, Problem& problem) override
+  {
+    const std::int64_t n = points.count;
+    const std::size_t element = points.type == ScalarType::Float32 ? sizeof(float) : sizeof(double);
+    const std::size_t bytes = 3 * std::size_t(n) * element;
+    checkFits(std::int64_t(bytes), 0, n, "the coordinates");
+    char* raw = static_cast<char*>(deviceRaw_.ensureBytes(bytes, "the coordinates as given"));
+    transfers_.upload(raw, points.xyz, bytes, stream_, "uploading coordinates");
+    input_ = InputPoints{ raw, points.type == ScalarType::Float64 };
+
+    const int blocks = static_cast<int>(std::min<std::int64_t>(4 * device_.multiprocessors, (n + boundsThreads - 1) / boundsThreads));
+    double* partial = boundsPartial_.ensure(6 * std::size_t(blocks) + 6, "coordinate bounds");
+    double* bounds = partial + 6 * blocks;
+    unsigned long long* firstBad = firstBad_.ensure(1, "non-finite check");
+    NG_CUDA_CHECK(cudaMemsetAsync(firstBad, 0xff, sizeof(unsigned long long), stream_), "clearing the non-finite check");
+    if (element == sizeof(float))
+    {
+      coordinateBoundsPartial<<<blocks, boundsThreads, 0, stream_>>>(reinterpret_cast<const float*>(raw), n, partial, firstBad);
+    }
+    else
+    {
+      coordinateBoundsPartial<<<blocks, boundsThreads, 0, stream_>>>(reinterpret_cast<const double*>(raw), n, partial, firstBad);
+    }
+    NG_CUDA_CHECK_LAUNCH("coordinateBoundsPartial");
+    coordinateBoundsFinal<<<1, 32, 0, stream_>>>(partial, blocks, bounds);
+    NG_CUDA_CHECK_LAUNCH("coordinateBoundsFinal");
+    struct BoundsResult
+    {
+      double bounds[6];
+      unsigned long long firstBad;
+    };
+    auto* result = reinterpret_cast<BoundsResult*>(boundsHost_.ensure(sizeof(BoundsResult), "bounds (pinned host memory)"));
+    NG_CUDA_CHECK(cudaMemcpyAsync(result->bounds, bounds, 6 * sizeof(double), cudaMemcpyDeviceToHost, stream_),
+      "reading the bounds");
+    NG_CUDA_CHECK(cudaMemcpyAsync(&result->firstBad, firstBad, sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream_),
+      "reading the non-finite check");
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "finding the bounds");
+    if (result->firstBad != ~0ull)
+    {
+      failNonFinitePoint(points, static_cast<std::int64_t>(result->firstBad));
+    }
+    for (int a = 0; a < 3; ++a)
+    {
+      problem.lo[a] = result->bounds[a];
+      problem.hi[a] = result->bounds[3 + a];
+    }
+  }
+
+  void run(const Problem& problem, Report& report) override
+  {
+    problem_ = &problem;
+    report_ = &report;
+    stageMarks_.clear();
+    eventsUsed_ = 0;
+    const std::int64_t n = problem.count;
+    const ProgressReporter& progress = *problem.progress;
+
+    const Method chosen = problem.method == Method::Auto ? chooseMethod(problem) : problem.method;
+    report.method = chosen;
+    method_ = methodFor(chosen);
+    run_ = CudaRun{};
+    run_.problem = &problem;
+    run_.report = &report;
+    run_.stream = stream_;
+    run_.device = &device_;
+    run_.count = n;
+    run_.input = input_;
+    planMemory(problem);
+    run_.decided = decided_.ensure(1, "decision counter");
+    NG_CUDA_CHECK(cudaMemsetAsync(run_.decided, 0, sizeof(unsigned long long), stream_), "clearing the decision counter");
+
+    // Masses and arrays to smooth go through the pinned ring.
+    cudaEvent_t start = mark();
+    uploadArrays();
+    cudaEvent_t uploaded = mark();
+    stage("upload", start, uploaded);
+    progress(0.1, "upload");
+
+    method_->sort(run_);
+    if (std::getenv("NEIGHBORGRID_TEST_CUDA_FAULT"))
+    {
+      illegalAddressKernel<<<1, 1, 0, stream_>>>(reinterpret_cast<int*>(std::uintptr_t(8)));
+      NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "the injected fault (NEIGHBORGRID_TEST_CUDA_FAULT)");
+    }
+    stage("sort", uploaded, mark());
+    progress(0.2, "sort");
+
+    runOperation(*this, problem);
+
+    report.device = device_.name;
+    report.extraDeviceBytes = method_->heldBytes();
+    collectStageTimes(report);
+  }
+
+  // --- executor primitives (OperationPlan.h) -------------------------------------------------
+  KernelParams kernel() const { return problem_->frameKernel(method_->cellSize()); }
+  void setWeights(WeightMode mode)
+  {
+    const int n = static_cast<int>(problem_->count);
+    const bool mass = mode == WeightMode::Mass;
+    setWeightsKernel<<<blocksFor(n), 256, 0, stream_>>>(method_->particles(), n, method_->orderToInput(),
+      mass && problem_->mass ? mass_.get() : nullptr, mass ? problem_->constantMass : 1.0f);
+    NG_CUDA_CHECK_LAUNCH("setWeights");
+  }
+  void divideWeightsByDensity(const float* orderedDensity)
+  {
+    const int n = static_cast<int>(problem_->count);
+    divideWeightsKernel<<<blocksFor(n), 256, 0, stream_>>>(method_->particles(), n, orderedDensity);
+    NG_CUDA_CHECK_LAUNCH("divideWeightsByDensity");
+  }
+  std::int32_t* countOutput() { return count_.ensure(std::size_t(problem_->count), "neighbor counts"); }
+  float* densityOutput() { return problem_->density ? density_.ensure(std::size_t(problem_->count), "density") : nullptr; }
+  float* orderedDensity() { return orderedDensity_.ensure(std::size_t(problem_->count), "density (method order)"); }
+  const float* gatherValues(std::size_t array, int first, int count)
+  {
+    const int n = static_cast<int>(problem_->count);
+    const SmoothedArray& a = (*problem_->smoothed)[array];
+    float* gathered = gathered_.ensure(std::size_t(n) * count, "smoothing values (method order)");
+    gatherKernel<<<blocksFor(n), 256, 0, stream_>>>(
+      values_.get() + valueOffsets_[array], a.components, first, count, n, method_->orderToInput(), gathered);
+    NG_CUDA_CHECK_LAUNCH("gatherValues");
+    return gathered;
+  }
+  float* smoothingOutput(std::size_t array) { return smoothed_.get() + valueOffsets_[array]; }
+
+  template <class Op>
+  void search(const Op& op, const char* stageName)
+  {
+    cudaEvent_t begin = mark();
+    method_->search(run_, op);
+    NG_CUDA_CHECK_LAUNCH(stageName);
+    stage(stageName, begin, mark());
+    // Progress and abort between passes: the GPU cannot be interrupted inside a kernel.
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), stageName);
+    (*problem_->progress)(0.9, stageName);
+  }
+
+  void finishOutputs()
+  {
+    const Problem& p = *problem_;
+    const std::size_t n = static_cast<std::size_t>(p.count);
+    struct Download
+    {
+      const void* device;
+      void* host;
+      std::size_t bytes;
+    };
+    std::vector<Download> downloads;
+    if (p.operation == Operation::NeighborCount)
+    {
+      downloads.push_back({ count_.get(), p.neighborCount, n * sizeof(std::int32_t) });
+    }
+    if (p.density && p.operation != Operation::NeighborCount)
+    {
+      downloads.push_back({ density_.get(), p.density, n * sizeof(float) });
+    }
+    if (p.operation == Operation::Smoothing)
+    {
+      for (std::size_t a = 0; a < p.smoothed->size(); ++a)
+      {
+        downloads.push_back({ smoothed_.get() + valueOffsets_[a], (*p.smoothed)[a].output,
+          n * std::size_t((*p.smoothed)[a].components) * sizeof(float) });
+      }
+    }
+    unsigned long long decided = 0;
+    NG_CUDA_CHECK(cudaMemcpyAsync(&decided, run_.decided, sizeof decided, cudaMemcpyDeviceToHost, stream_),
+      "reading the decision counter");
+    Timer timer;
+    for (const auto& d : downloads)
+    {
+      transfers_.download(d.host, d.device, d.bytes, stream_, "downloading results");
+    }
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "waiting for the results");
+    addStage(*report_, "download", timer.milliseconds());
+    report_->pairsDecidedInDouble = static_cast<std::int64_t>(decided);
+    if (p.operation == Operation::NeighborCount)
+    {
+      std::int64_t pairs = 0;
+      for (std::size_t i = 0; i < n; ++i)
+      {
+        pairs += p.neighborCount[i];
+      }
+      report_->neighborPairs = pairs;
+    }
+  }
+
+private:
+  CudaMethod* methodFor(Method method)
+  {
+    auto& slot = methods_[static_cast<int>(method)];
+    if (!slot)
+    {
+      switch (method)
+      {
+        case Method::BruteForce:
+          slot = makeBruteForce(pool_);
+          break;
+        case Method::RadixSort:
+          slot = makeRadixSort(pool_);
+          break;
+        case Method::FENNS:
+          slot = makeFenns(pool_, false);
+          break;
+        case Method::CLAWS:
+          slot = makeFenns(pool_, true);
+          break;
+        case Method::CountingSort:
+        default:
+          slot = makeCountingSort(pool_);
+          break;
+      }
+    }
+    return slot.get();
+  }
+
+  /// Auto's rule, fitted to Testing/Benchmarks/results-H100.csv (RESULTS.md): with cells of
+  /// size R, Counting Sort and Radix Sort share one search and differ in the sort; below about
+  /// 1.5M points Counting Sort's atomic counting is the cheaper sort, from 2M on the radix sort.
+  static Method chooseMethod(const Problem& p) { return p.count >= 1500000 ? Method::RadixSort : Method::CountingSort; }
+
+  /// The bytes this run needs beyond the coordinates, against what the device can give: a clear
+  /// error when it cannot; cached buffers are released first when they stand in the way.
+  void planMemory(const Problem& p)
+  {
+    const std::int64_t n = p.count;
+    struct Part
+    {
+      std::string what;
+      std::int64_t bytes;
+    };
+    std::vector<Part> parts;
+    if (p.usesMass() && p.mass)
+    {
+      parts.push_back({ "masses", 4 * n });
+    }
+    std::int64_t components = 0, widest = 0;
+    if (p.operation == Operation::Smoothing)
+    {
+      for (const auto& a : *p.smoothed)
+      {
+        components += a.components;
+        widest = std::max<std::int64_t>(widest, std::min(a.components, maxComponentsPerPass));
+      }
+      parts.push_back({ "arrays to smooth and their results", 2 * 4 * n * components });
+      parts.push_back({ "one pass of values in method order", 4 * n * widest });
+    }
+    if (p.operation == Operation::NeighborCount)
+    {
+      parts.push_back({ "neighbor counts", 4 * n });
+    }
+    if (p.density || (p.operation == Operation::Smoothing && p.normalization == Normalization::SPH))
+    {
+      parts.push_back({ "density", 4 * n });
+    }
+    if (p.operation == Operation::Smoothing && p.normalization == Normalization::SPH)
+    {
+      parts.push_back({ "density in method order", 4 * n });
+    }
+    parts.push_back({ std::string(toString(method_->id())) + "'s cells, particles and scratch", method_->plannedBytes(run_) });
+    std::int64_t needed = 0;
+    for (const Part& part : parts)
+    {
+      needed += part.bytes;
+    }
+    std::ostringstream list;
+    for (std::size_t k = 0; k < parts.size(); ++k)
+    {
+      list << (k ? ", " : "") << formatBytes(double(parts[k].bytes)) << " " << parts[k].what;
+    }
+    checkFits(needed, std::int64_t(deviceRaw_.bytes()), n, list.str());
+  }
+
+  /// Throws when `needed` bytes (beyond `resident`, already held outside the pool) cannot be had.
+  void checkFits(std::int64_t needed, std::int64_t resident, std::int64_t n, const std::string& what)
+  {
+    std::size_t freeBytes = 0, totalBytes = 0;
+    NG_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes), "cudaMemGetInfo");
+    const std::int64_t pooled = std::int64_t(pool_.heldBytes());
+    const std::int64_t inputHeld = resident ? 0 : std::int64_t(inputPool_.heldBytes());
+    std::int64_t available = std::int64_t(freeBytes) + pooled + inputHeld;
+    if (memoryLimit_ > 0)
+    {
+      available = std::min(available, memoryLimit_ - resident);
+    }
+    if (needed > available)
+    {
+      const double share = double(available) / double(needed + resident);
+      const std::int64_t fit = std::max<std::int64_t>(0, static_cast<std::int64_t>(double(n) * share * 0.95));
+      std::ostringstream s;
+      s << "NeighborGrid: " << n << " points need " << formatBytes(double(needed + resident)) << " of GPU memory ("
+        << (resident ? formatBytes(double(resident)) + " coordinates, " : std::string()) << what << ") but "
+        << formatBytes(double(available + resident))
+        << (memoryLimit_ > 0 ? " are allowed (the engine's device memory limit)" : " are free on " + device_.name)
+        << ". About " << fit << " points of this request would fit; or run it on the CPU backend";
+      throw Error(s.str());
+    }
+    if (needed > std::int64_t(freeBytes))
+    {
+      pool_.releaseAll(); // cached buffers of earlier runs stand in the way
+      if (!resident)
+      {
+        inputPool_.releaseAll();
+      }
+    }
+  }
+
+  void uploadArrays()
+  {
+    const Problem& p = *problem_;
+    const std::size_t n = static_cast<std::size_t>(p.count);
+    if (p.usesMass() && p.mass)
+    {
+      transfers_.upload(mass_.ensure(n, "masses"), p.mass, n * sizeof(float), stream_, "uploading masses");
+    }
+    valueOffsets_.clear();
+    if (p.operation == Operation::Smoothing)
+    {
+      std::size_t values = 0;
+      for (const auto& a : *p.smoothed)
+      {
+        valueOffsets_.push_back(values);
+        values += n * std::size_t(a.components);
+      }
+      float* deviceValues = values_.ensure(values, "arrays to smooth");
+      smoothed_.ensure(values, "smoothed arrays");
+      for (std::size_t a = 0; a < p.smoothed->size(); ++a)
+      {
+        const auto& array = (*p.smoothed)[a];
+        transfers_.upload(deviceValues + valueOffsets_[a], array.values, n * std::size_t(array.components) * sizeof(float),
+          stream_, "uploading arrays to smooth");
+      }
+    }
+  }
+
+  cudaEvent_t mark()
+  {
+    if (eventsUsed_ == events_.size())
+    {
+      cudaEvent_t e;
+      NG_CUDA_CHECK(cudaEventCreate(&e), "cudaEventCreate");
+      events_.push_back(e);
+    }
+    cudaEvent_t e = events_[eventsUsed_++];
+    NG_CUDA_CHECK(cudaEventRecord(e, stream_), "cudaEventRecord");
+    return e;
+  }
+  void stage(const char* name, cudaEvent_t begin, cudaEvent_t end) { stageMarks_.push_back({ name, begin, end }); }
+  void collectStageTimes(Report& report)
+  {
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "finishing");
+    for (const auto& s : stageMarks_)
+    {
+      float ms = 0.0f;
+      NG_CUDA_CHECK(cudaEventElapsedTime(&ms, s.begin, s.end), "reading stage times");
+      addStage(report, s.name, ms);
+    }
+  }
+
+  struct StageMark
+  {
+    std::string name;
+    cudaEvent_t begin, end;
+  };
+
+  std::int64_t memoryLimit_;
+  CudaDevice device_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<cudaEvent_t> events_;
+  std::size_t eventsUsed_ = 0;
+  std::vector<StageMark> stageMarks_;
+  const Problem* problem_ = nullptr;
+  Report* report_ = nullptr;
+  CudaRun run_;
+  CudaMethod* method_ = nullptr;
+  InputPoints input_;
+  std::vector<std::size_t> valueOffsets_;
+  TransferRing transfers_;
+  PinnedBuffer<char> boundsHost_;
+
+  DevicePool inputPool_; // the coordinates: kept when other buffers are released for a run
+  DevicePool pool_;      // everything else
+  DeviceBuffer<char> deviceRaw_;
+  DeviceBuffer<double> boundsPartial_;
+  DeviceBuffer<unsigned long long> firstBad_;
+  DeviceBuffer<float> mass_;
+  DeviceBuffer<float> values_;
+  DeviceBuffer<float> smoothed_;
+  DeviceBuffer<float> density_;
+  DeviceBuffer<std::int32_t> count_;
+  DeviceBuffer<float> orderedDensity_;
+  DeviceBuffer<float> gathered_;
+  DeviceBuffer<unsigned long long> decided_;
+  std::unique_ptr<CudaMethod> methods_[6];
+};
+
+} // namespace
+
+bool cudaDeviceUsable(std::string* why)
+{
+  const DeviceInfo& info = probeDevice();
+  if (!info.usable && why)
+  {
+    *why = info.why;
+  }
+  return info.usable;
+}
+
+bool cudaContextHealthy()
+{
+  (void)cudaGetLastError(); // clears errors that are not sticky
+  return cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess;
+}
+
+std::string cudaResetAfterFatalError()
+{
+  const cudaError_t reset = cudaDeviceReset();
+  void* probe = nullptr;
+  const cudaError_t after = reset == cudaSuccess ? cudaMalloc(&probe, 256) : reset;
+  if (after == cudaSuccess)
+  {
+    cudaFree(probe);
+    return "The error ended the CUDA context; NeighborGrid reset the GPU (cudaDeviceReset), so the next run "
+           "starts afresh (any other CUDA memory of this process was lost with it)";
+  }
+  (void)cudaGetLastError();
+  return std::string("The error ended the CUDA context and resetting the GPU failed (") + cudaGetErrorString(after) +
+    "): restart the application to use the GPU again; the CPU backend still works";
+}
+
+std::unique_ptr<BackendImplementation> makeCudaBackend(std::int64_t deviceMemoryLimit)
+{
+  return std::make_unique<CudaBackend>(deviceMemoryLimit);
+}
+
+} // namespace detail
+} // namespace neighborgrid

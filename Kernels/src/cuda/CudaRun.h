@@ -1,0 +1,142 @@
+// What a CUDA method sees of a run, what every method provides, and the device functions they
+// share: frame coordinates of an input point, and the pair test. Included only by .cu files.
+#pragma once
+
+#include "../Backend.h"
+#include "../CellGrid.h"
+#include "../Operations.h"
+#include "../PairTest.h"
+#include "CudaSupport.h"
+
+#include <memory>
+#include <string>
+
+namespace neighborgrid
+{
+namespace detail
+{
+
+struct CudaDevice
+{
+  int id = 0;
+  std::string name;
+  int multiprocessors = 1;
+  int sharedMemoryPerBlock = 48 * 1024; // opt-in maximum
+};
+
+/// One run of the engine on the device.
+struct CudaRun
+{
+  const Problem* problem = nullptr;
+  Report* report = nullptr;
+  cudaStream_t stream = nullptr;
+  const CudaDevice* device = nullptr;
+  std::int64_t count = 0;
+  InputPoints input;                      // the caller's coordinates, on the device
+  unsigned long long* decided = nullptr;  // device counter of pairs decided in double
+};
+
+/// A CUDA method: its sort leaves the points in its order as Particles (frame coordinates of its
+/// cells, weight 1) with the map to input order; its search runs an operation over every point.
+class CudaMethod
+{
+public:
+  virtual ~CudaMethod() = default;
+  virtual Method id() const = 0;
+  /// Device bytes the method will hold for the run beyond inputs and outputs, before anything is
+  /// allocated (for the memory check; sizes that depend on the data use their upper bounds).
+  virtual std::int64_t plannedBytes(const CudaRun& run) const = 0;
+  virtual void sort(CudaRun& run) = 0;
+  /// The frame unit: squared distances given to operations are in units of cellSize()^2.
+  virtual double cellSize() const = 0;
+  virtual Particle* particles() = 0;
+  /// Method order to input order; null when the method keeps input order.
+  virtual const std::int32_t* orderToInput() const = 0;
+  /// Device bytes the method holds now (Report::extraDeviceBytes).
+  virtual std::int64_t heldBytes() const = 0;
+
+  virtual void search(CudaRun& run, const CountOperation& op) = 0;
+  virtual void search(CudaRun& run, const DensityOperation& op) = 0;
+  virtual void search(CudaRun& run, const SmoothingOperation<1>& op) = 0;
+  virtual void search(CudaRun& run, const SmoothingOperation<2>& op) = 0;
+  virtual void search(CudaRun& run, const SmoothingOperation<3>& op) = 0;
+  virtual void search(CudaRun& run, const SmoothingOperation<4>& op) = 0;
+};
+
+/// Inside a method class: the six search overrides, each calling the template member `launch`.
+#define NEIGHBORGRID_SEARCHES_BY(launch)                                                           \
+  void search(CudaRun& run, const CountOperation& op) override { launch(run, op); }                \
+  void search(CudaRun& run, const DensityOperation& op) override { launch(run, op); }              \
+  void search(CudaRun& run, const SmoothingOperation<1>& op) override { launch(run, op); }         \
+  void search(CudaRun& run, const SmoothingOperation<2>& op) override { launch(run, op); }         \
+  void search(CudaRun& run, const SmoothingOperation<3>& op) override { launch(run, op); }         \
+  void search(CudaRun& run, const SmoothingOperation<4>& op) override { launch(run, op); }
+
+std::unique_ptr<CudaMethod> makeCountingSort(DevicePool& pool);
+std::unique_ptr<CudaMethod> makeRadixSort(DevicePool& pool);
+std::unique_ptr<CudaMethod> makeBruteForce(DevicePool& pool);
+std::unique_ptr<CudaMethod> makeFenns(DevicePool& pool, bool claws);
+
+// --- Device functions shared by the methods ------------------------------------------------------
+#if defined(__CUDACC__)
+
+/// The cell of input point i (cells of `size`), exactly as CellGrid.h defines it.
+__device__ __forceinline__ void inputCell(const InputPoints& input, std::int64_t i, double size, double c[3])
+{
+  double x[3];
+  input.get(i, x[0], x[1], x[2]);
+  for (int a = 0; a < 3; ++a)
+  {
+    c[a] = cellCoordinate(x[a], size);
+  }
+}
+
+/// Input point i in frame coordinates of its own cell, weight 1.
+__device__ __forceinline__ Particle inputParticle(const InputPoints& input, std::int64_t i, double size, double inverse)
+{
+  double x[3];
+  input.get(i, x[0], x[1], x[2]);
+  float f[3];
+  for (int a = 0; a < 3; ++a)
+  {
+    f[a] = frameCoordinate(x[a], cellCoordinate(x[a], size), size, inverse);
+  }
+  return Particle{ f[0], f[1], f[2], 1.0f };
+}
+
+/// p moved by an integer cell offset: its coordinates in the frame of the cell at that offset.
+__device__ __forceinline__ Particle shifted(const Particle& p, float dx, float dy, float dz)
+{
+  return Particle{ __fsub_rn(p.x, dx), __fsub_rn(p.y, dy), __fsub_rn(p.z, dz), p.w };
+}
+
+/// The pair test of PairTest.h for points at method positions si, sj (input indices through
+/// orderToInput, or the positions themselves when it is null): true when j is a neighbor of i;
+/// r2 becomes the exact squared distance in frame units when decided in double.
+__device__ __forceinline__ bool isNeighbor(const PairTest& test, float& r2, int si, int sj,
+  const std::int32_t* __restrict__ orderToInput, unsigned& decided)
+{
+  const int verdict = test.classify(r2);
+  if (verdict >= 0)
+  {
+    return verdict > 0;
+  }
+  ++decided;
+  const std::int64_t i = orderToInput ? orderToInput[si] : si;
+  const std::int64_t j = orderToInput ? orderToInput[sj] : sj;
+  return test.exact(i, j, r2);
+}
+
+/// Adds a thread's count of double decisions to the run's counter.
+__device__ __forceinline__ void addDecided(unsigned long long* counter, unsigned decided)
+{
+  if (decided)
+  {
+    atomicAdd(counter, static_cast<unsigned long long>(decided));
+  }
+}
+
+#endif
+
+} // namespace detail
+} // namespace neighborgrid

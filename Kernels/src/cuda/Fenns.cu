@@ -1,0 +1,278 @@
+// FENNS (Groß, Köster, Krüger 2019) and CLAWS (2020): the coarse grid, the two-part sort and the
+// launch of the search (kernels in Fenns.cuh).
+//
+// What stays from the papers: a coarse grid in global memory whose cells are a whole number of
+// fine cells wide; sort part 1 counts points per coarse cell, in shared memory where the counters
+// fit; a prefix sum; sort part 2 splits every cell into a border and an inner section (FENNS:
+// border from the left, inner from the right; CLAWS: inner sections of all cells, then border
+// sections); one block per coarse cell with a fine grid in shared memory.
+// What changes: the coarse cells are keyed by their coordinates and only occupied ones hold a slot
+// (a far outlier adds one cell instead of stretching the grid), so sort part 1 starts with each
+// point inserting its cell's key into the table of occupied cells; blocks run over occupied cells
+// only; points are stored relative to their coarse cell and decided exactly (PairTest.h).
+#include "Fenns.cuh"
+
+#include <cub/device/device_scan.cuh>
+
+#include <cstdlib>
+#include <string>
+
+namespace neighborgrid
+{
+namespace detail
+{
+namespace
+{
+
+class Fenns final : public CudaMethod
+{
+public:
+  Fenns(DevicePool& pool, bool claws)
+    : claws_(claws), slots_(pool), counts_(pool), innerStart_(pool), borderCount_(pool), occupied_(pool),
+      occupiedCount_(pool), particles_(pool), orderToInput_(pool), scratch_(pool)
+  {
+    // Benchmarking knob: average points per coarse cell.
+    if (const char* target = std::getenv("NEIGHBORGRID_FENNS_TARGET"))
+    {
+      targetPerCell_ = std::max(1, std::atoi(target));
+    }
+    // Benchmarking knob: the paper's lookup direction (scatter with shared-memory atomics).
+    if (const char* variant = std::getenv("NEIGHBORGRID_FENNS_VARIANT"))
+    {
+      scatter_ = !claws_ && std::string(variant) == "scatter";
+    }
+  }
+  Method id() const override { return claws_ ? Method::CLAWS : Method::FENNS; }
+
+  std::int64_t plannedBytes(const CudaRun& run) const override
+  {
+    const Problem& p = *run.problem;
+    const std::int64_t n = run.count;
+    const double size = coarseSize(p, n);
+    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, size);
+    const std::int64_t slots = 2 * cellCapacity(n, layout) + 2;
+    const std::int64_t sections = claws_ ? 2 * slots : slots;
+    return SlotCells::plannedBytes(n, layout) + 4 * (sections + 1) + 4 * 3 * (slots + 1) + 20 * n + (std::int64_t(8) << 20);
+  }
+
+  void sort(CudaRun& run) override
+  {
+    const Problem& p = *run.problem;
+    const int n = static_cast<int>(run.count);
+    flags_ = claws_ ? clawsFlags() : SearchFlags{};
+    coarse_.size = coarseSize(p, n);
+    coarse_.inverse = 1.0 / coarse_.size;
+    grid_ = planFineGrid(p.radius / coarse_.size, run.device->sharedMemoryPerBlock);
+    test_ = makePairTest(p.radius, coarse_.size, 2.0, run.input);
+    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, coarse_.size);
+    slots_.build(run, layout, coarse_.size);
+    const int slots = slots_.slots();
+    const int sections = flags_.clawsLayout ? 2 * slots : slots;
+    int* counts = counts_.ensure(std::size_t(sections) + 1, "coarse cell counts and starts");
+    int* innerStart = innerStart_.ensure(std::size_t(slots) + 1, "coarse cell inner starts");
+    particles_.ensure(std::size_t(n), "particles (cell order)");
+    orderToInput_.ensure(std::size_t(n), "cell order to input order");
+
+    // Part 1: counts in shared memory where the counters fit (the paper's case: few coarse cells).
+    const std::size_t counterBytes = sizeof(int) * std::size_t(sections);
+    const bool useShared = counterBytes + 1024 <= static_cast<std::size_t>(run.device->sharedMemoryPerBlock);
+    const std::size_t sharedBytes = useShared ? counterBytes : 0;
+    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsCount, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes)),
+      "raising the coarse count's shared-memory limit");
+    int perSm = 0;
+    NG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, fennsCount, 1024, sharedBytes),
+      "coarse count occupancy");
+    // A grid-stride loop with as many resident blocks as fit: each block flushes its shared
+    // counters once, so fewer, fuller blocks mean fewer global atomics.
+    const int blocks = std::max(1, std::min(blocksFor(n) / 4 + 1, std::max(1, perSm) * run.device->multiprocessors));
+    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int) * (std::size_t(sections) + 1), run.stream),
+      "clearing coarse counts");
+    fennsCount<<<blocks, 1024, sharedBytes, run.stream>>>(
+      run.input, n, coarse_, grid_, slots_.slotOf(), slots, flags_.clawsLayout, useShared, counts);
+    NG_CUDA_CHECK_LAUNCH("coarse count");
+
+    std::size_t exclusiveBytes = 0, inclusiveBytes = 0;
+    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, exclusiveBytes, counts, innerStart, slots + 1, run.stream),
+      "sizing the coarse scan");
+    NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, inclusiveBytes, counts, counts, sections + 1, run.stream),
+      "sizing the coarse scan");
+    void* scratch = scratch_.ensure(std::max(exclusiveBytes, inclusiveBytes), "scan scratch");
+    const int reorderBlocks = std::min(blocksFor(n), 32 * run.device->multiprocessors);
+    if (flags_.clawsLayout)
+    {
+      // CLAWS: one inclusive scan gives every section's end; points fill sections from the end.
+      NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(scratch, inclusiveBytes, counts, counts, sections + 1, run.stream),
+        "inclusive scan of section counts");
+      clawsReorder<<<reorderBlocks, 256, 0, run.stream>>>(
+        run.input, n, coarse_, grid_, slots_.slotOf(), slots, counts, particles_.get(), orderToInput_.get());
+      NG_CUDA_CHECK_LAUNCH("clawsReorder");
+      layout_ = CellLayout{ counts, nullptr, slots, true };
+    }
+    else
+    {
+      // FENNS: exclusive sums (border sections fill from each cell's start) and inclusive sums
+      // (inner sections fill from each cell's end), as in the paper.
+      NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scratch, exclusiveBytes, counts, innerStart, slots + 1, run.stream),
+        "exclusive scan of coarse counts");
+      NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(scratch, inclusiveBytes, counts, counts, slots + 1, run.stream),
+        "inclusive scan of coarse counts");
+      int* borderCount = borderCount_.ensure(std::size_t(slots), "coarse cell border counts");
+      NG_CUDA_CHECK(cudaMemsetAsync(borderCount, 0, sizeof(int) * std::size_t(slots), run.stream),
+        "clearing border counts");
+      fennsReorder<<<reorderBlocks, 256, 0, run.stream>>>(
+        run.input, n, coarse_, grid_, slots_.slotOf(), counts, innerStart, borderCount, particles_.get(),
+        orderToInput_.get());
+      NG_CUDA_CHECK_LAUNCH("fennsReorder");
+      fennsCellStarts<<<blocksFor(slots), 256, 0, run.stream>>>(slots, borderCount, counts);
+      NG_CUDA_CHECK_LAUNCH("fennsCellStarts");
+      layout_ = CellLayout{ counts, innerStart, slots, false };
+    }
+
+    // One search block per occupied cell.
+    int* occupied = occupied_.ensure(std::size_t(slots), "occupied coarse cells");
+    int* occupiedCount = occupiedCount_.ensure(1, "occupied coarse cell count");
+    NG_CUDA_CHECK(cudaMemsetAsync(occupiedCount, 0, sizeof(int), run.stream), "clearing the occupied count");
+    listOccupied<<<blocksFor(slots), 256, 0, run.stream>>>(layout_, occupied, occupiedCount);
+    NG_CUDA_CHECK_LAUNCH("listOccupied");
+    int* host = occupiedHost_.ensure(1, "occupied coarse cell count (pinned host memory)");
+    NG_CUDA_CHECK(cudaMemcpyAsync(host, occupiedCount, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
+      "reading the occupied count");
+    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "listing occupied coarse cells");
+    occupiedCells_ = *host;
+  }
+
+  double cellSize() const override { return coarse_.size; }
+  Particle* particles() override { return particles_.get(); }
+  const std::int32_t* orderToInput() const override { return orderToInput_.get(); }
+  std::int64_t heldBytes() const override
+  {
+    return slots_.heldBytes() +
+      std::int64_t(counts_.bytes() + innerStart_.bytes() + borderCount_.bytes() + occupied_.bytes() +
+        occupiedCount_.bytes() + particles_.bytes() + orderToInput_.bytes() + scratch_.bytes());
+  }
+
+  NEIGHBORGRID_SEARCHES_BY(launch)
+
+private:
+  template <class Op>
+  void launch(CudaRun& run, const Op& op)
+  {
+    FennsSearchParams params;
+    params.g = grid_;
+    params.table = slots_.table(nullptr);
+    params.layout = layout_;
+    params.occupied = occupied_.get();
+    params.test = test_;
+    params.decided = run.decided;
+    if (occupiedCells_ == 0)
+    {
+      return;
+    }
+    if (scatter_)
+    {
+      const std::size_t bytes = fennsScatterSharedBytes<Op>(grid_.fineCells);
+      NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearchScatter<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                      static_cast<int>(bytes)),
+        "raising the FENNS search's shared-memory limit");
+      fennsSearchScatter<<<occupiedCells_, fennsScatterBlockSize, bytes, run.stream>>>(
+        params, particles_.get(), orderToInput_.get(), op);
+      return;
+    }
+    const std::size_t bytes = fennsSharedBytes<Op>(grid_.fineCells);
+    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+      "raising the FENNS search's shared-memory limit");
+    fennsSearch<<<occupiedCells_, fennsThreads, bytes, run.stream>>>(params, particles_.get(), orderToInput_.get(), op, flags_);
+  }
+
+  /// The coarse cell size: k fine cells of size R (k <= 10), the largest k for which a coarse
+  /// cell holds at most targetPerCell_ points on average (a chunk is fennsChunk = 1024: most
+  /// cells then fit one chunk). The average is taken over the bounding box: data that fill it
+  /// less (a far outlier) get smaller coarse cells than they could use, never wrong ones.
+  double coarseSize(const Problem& p, std::int64_t n) const
+  {
+    const double fine = cellSizeFor(p.radius, 1);
+    double volume = 1.0;
+    for (int a = 0; a < 3; ++a)
+    {
+      volume *= std::max(p.hi[a] - p.lo[a], fine);
+    }
+    int k = 1;
+    while (k < 10 && double(n) * std::pow((k + 1) * fine, 3.0) / volume <= targetPerCell_)
+    {
+      ++k;
+    }
+    return k * fine;
+  }
+
+  /// The fine grid over a coarse cell widened by the border on each side (frame units, rho = R
+  /// over the coarse cell size): cells at least R wide plus the rounding of the binning, at most
+  /// 12 per axis (beyond, clearing and scanning them per batch costs more than the lookups save),
+  /// and small enough for shared memory.
+  static FennsGrid planFineGrid(double rho, int sharedMemoryPerBlock)
+  {
+    constexpr double u = 1.0 / 16777216.0;
+    FennsGrid g;
+    g.border = static_cast<float>(rho * (1.0 + 1.0 / 1024.0) + 16.0 * u);
+    g.fineOffset = g.border;
+    const double span = 1.0 + 2.0 * double(g.border);
+    const double minimumFine = rho * (1.0 + 1.0 / 256.0) + 64.0 * u;
+    int f = std::max(1, std::min(12, static_cast<int>(std::floor(span / minimumFine))));
+    while (f > 1 &&
+      std::max(fennsSharedBytes<SmoothingOperation<4>>(f * f * f), fennsScatterSharedBytes<SmoothingOperation<4>>(f * f * f)) +
+          4096 > static_cast<std::size_t>(sharedMemoryPerBlock))
+    {
+      --f;
+    }
+    g.fineDim = f;
+    g.fineCells = f * f * f;
+    g.inverseFineCellSize = static_cast<float>(f / span);
+    return g;
+  }
+
+  /// CLAWS's ideas, all on unless NEIGHBORGRID_CLAWS_DISABLE names some of them (a comma-separated
+  /// list of symmetric, reorder, merged, warps): a benchmarking knob to show what each one buys.
+  static SearchFlags clawsFlags()
+  {
+    SearchFlags flags;
+    flags.symmetric = flags.clawsLayout = flags.merged = flags.balancedWarps = true;
+    if (const char* disabled = std::getenv("NEIGHBORGRID_CLAWS_DISABLE"))
+    {
+      const std::string list = std::string(",") + disabled + ",";
+      flags.symmetric = list.find(",symmetric,") == std::string::npos;
+      flags.clawsLayout = list.find(",reorder,") == std::string::npos;
+      flags.merged = list.find(",merged,") == std::string::npos;
+      flags.balancedWarps = list.find(",warps,") == std::string::npos;
+    }
+    return flags;
+  }
+
+  bool claws_;
+  bool scatter_ = false;
+  int targetPerCell_ = fennsChunk * 3 / 5;
+  SearchFlags flags_;
+  CoarseFrame coarse_;
+  FennsGrid grid_;
+  PairTest test_;
+  CellLayout layout_;
+  int occupiedCells_ = 0;
+  SlotCells slots_;
+  DeviceBuffer<int> counts_; // section counts, then starts
+  DeviceBuffer<int> innerStart_;
+  DeviceBuffer<int> borderCount_;
+  DeviceBuffer<int> occupied_;
+  DeviceBuffer<int> occupiedCount_;
+  PinnedBuffer<int> occupiedHost_;
+  DeviceBuffer<Particle> particles_;
+  DeviceBuffer<std::int32_t> orderToInput_;
+  DeviceBuffer<unsigned char> scratch_;
+};
+
+} // namespace
+
+std::unique_ptr<CudaMethod> makeFenns(DevicePool& pool, bool claws)
+{
+  return std::make_unique<Fenns>(pool, claws);
+}
+
+} // namespace detail
+} // namespace neighborgrid
