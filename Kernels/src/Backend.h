@@ -100,9 +100,9 @@ std::unique_ptr<BackendImplementation> makeCudaBackend(std::int64_t deviceMemory
 bool cudaDeviceUsable(std::string* why);
 /// After a CUDA error: whether the CUDA context still works (false after a sticky error).
 bool cudaContextHealthy();
-/// Resets the device after a sticky error (all of this process's device memory is gone then);
-/// returns a sentence for the error message that says what happened and what the next run does.
-std::string cudaResetAfterFatalError();
+/// After a sticky error: marks CUDA unusable for the rest of the process (cudaDeviceUsable says
+/// why from then on) and returns a sentence for the error message that says what happens next.
+std::string cudaMarkContextLost();
 #endif
 
 /// Number of smoothing components handled per pass (register accumulators on the GPU).

@@ -454,10 +454,10 @@ Report Engine::run(const Request& request)
     // ParaView keeps running after a failed filter: the next run must work, or say why not.
     if (backend == Backend::CUDA && !detail::cudaContextHealthy())
     {
-      // A sticky error (an illegal address, a failed launch) leaves the CUDA context unusable:
-      // free what the backend held, then reset the device so the next run starts afresh.
+      // A sticky error (an illegal address, a failed launch) ends the CUDA context for good.
+      std::string next = detail::cudaMarkContextLost();
       impl_->cuda.reset();
-      throw Error(std::string(error.what()) + ". " + detail::cudaResetAfterFatalError());
+      throw Error(std::string(error.what()) + ". " + next);
     }
 #endif
     throw;

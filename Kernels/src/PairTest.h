@@ -24,6 +24,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 namespace neighborgrid
 {
@@ -112,6 +113,12 @@ inline PairTest makePairTest(double radius, double cellSize, double frameSpan, I
   PairTest test;
   test.accept = std::nextafter(static_cast<float>(rho * rho - band), 0.0f);
   test.reject = std::nextafter(static_cast<float>(rho * rho + band), HUGE_VALF);
+  if (std::getenv("NEIGHBORGRID_BENCHMARK_FLOAT_ONLY"))
+  {
+    // Benchmarking knob: the float test alone (not exact), to measure what exactness costs.
+    test.accept = std::nextafter(static_cast<float>(rho * rho), HUGE_VALF);
+    test.reject = test.accept;
+  }
   test.points = points;
   test.radiusSquared = radius * radius;
   test.frameScale = 1.0 / (cellSize * cellSize);

@@ -22,6 +22,8 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <chrono>
 #include <vector>
 
 using namespace neighborgrid;
@@ -38,6 +40,9 @@ struct Scenario
   Operation operation;
   double baselineCellSize = 0; // FENNS Table 2: the baselines use the 18^3 grid of FENNS
   bool clawsAblation = false;  // also CLAWS with each idea switched off in turn
+  bool floatOnly = false;      // also every method with the float pair test alone (exactness cost)
+  bool outlier = false;        // n - 1 points in [0, scene]^3 and one at (1e6, 1e6, 1e6)
+  int runs = 0;                // runs per method when not --runs (0: --runs)
 };
 
 /// The rows of FENNS Tables 1-3 and CLAWS Tables 1-2, plus the 4M density row of the issues.
@@ -98,6 +103,36 @@ std::vector<Scenario> scenarios(const std::string& table)
   if (all || table == "issue" || table == "issue2")
   {
     rows.push_back({ "4M-density", 4194304, 90.0, 1.5, Operation::Density, 0.0, true });
+  }
+  if (all || table == "exactness")
+  {
+    // What exact pair decisions cost: every method with and without the double-precision band.
+    Scenario row{ "4M-density-exactness", 4194304, 90.0, 1.5, Operation::Density };
+    row.floatOnly = true;
+    rows.push_back(row);
+  }
+  if (all || table == "outlier")
+  {
+    // One far outlier: 1,000,000 points in a cube of side 1e-3 and one at (1e6, 1e6, 1e6).
+    Scenario row{ "outlier-1M", 1000001, 1e-3, 1e-5, Operation::NeighborCount };
+    row.outlier = true;
+    rows.push_back(row);
+  }
+  if (table == "scale" || table == "billion")
+  {
+    // About 80 neighbors per point at every size: box side 90 (N / 4M)^(1/3), R = 1.5.
+    std::vector<std::int64_t> sizes{ 1048576, 4194304, 16777216, 67108864, 268435456 };
+    if (table == "billion")
+    {
+      sizes = { 1000000000 };
+    }
+    for (std::int64_t n : sizes)
+    {
+      Scenario row{ table == "billion" ? "billion" : "scale", n, 90.0 * std::cbrt(double(n) / 4194304.0), 1.5,
+        Operation::Density };
+      row.runs = n >= 268435456 ? 5 : 0;
+      rows.push_back(row);
+    }
   }
   if (table == "smoke")
   {
@@ -176,7 +211,8 @@ int main(int argc, char** argv)
     else
     {
       std::fprintf(stderr,
-        "usage: %s [--table=issue|fenns1|fenns2|fenns3|claws1|claws2|all|smoke] [--runs=N] [--csv=FILE]\n"
+        "usage: %s [--table=issue|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|all|smoke]\n"
+        "          [--runs=N] [--csv=FILE]\n"
         "          [--methods=counting-sort,radix-sort,fenns,claws,brute-force,auto] [--cpu] [--roofline]\n",
         argv[0]);
       return 2;
@@ -218,12 +254,31 @@ int main(int argc, char** argv)
     {
       unsetenv("NEIGHBORGRID_BASELINE_CELL_SIZE");
     }
-    std::vector<float> xyz(3 * s.n);
-    std::mt19937_64 rng(12345 + s.n);
-    std::uniform_real_distribution<float> u(0.0f, static_cast<float>(s.scene));
-    for (auto& v : xyz)
+    // Uniform random, unsorted points, drawn on all cores (a billion take seconds).
+    std::vector<float> xyz(3 * std::size_t(s.n));
     {
-      v = u(rng);
+      const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      std::vector<std::thread> pool;
+      const std::int64_t values = 3 * s.n;
+      for (int t = 0; t < threads; ++t)
+      {
+        pool.emplace_back([&, t] {
+          std::mt19937_64 rng(12345 + s.n * 31 + t);
+          std::uniform_real_distribution<float> u(0.0f, static_cast<float>(s.scene));
+          for (std::int64_t k = values * t / threads; k < values * (t + 1) / threads; ++k)
+          {
+            xyz[k] = u(rng);
+          }
+        });
+      }
+      for (auto& thread : pool)
+      {
+        thread.join();
+      }
+      if (s.outlier)
+      {
+        xyz[3 * (s.n - 1)] = xyz[3 * (s.n - 1) + 1] = xyz[3 * (s.n - 1) + 2] = 1e6f;
+      }
     }
     std::vector<float> density(s.n);
     std::vector<std::int32_t> counts(s.n);
@@ -235,7 +290,7 @@ int main(int argc, char** argv)
 
     Request countRequest = base;
     countRequest.operation = Operation::NeighborCount;
-    countRequest.method = Method::CountingSort;
+    countRequest.method = backend == Backend::CPU ? Method::CountingSort : Method::RadixSort;
     countRequest.neighborCount = counts.data();
     const Report countReport = engine.run(countRequest);
     const double averageNeighbors = double(countReport.neighborPairs) / double(s.n);
@@ -247,12 +302,26 @@ int main(int argc, char** argv)
     {
       Method method;
       std::string clawsDisable; // NEIGHBORGRID_CLAWS_DISABLE for this series
+      bool floatOnly = false;   // NEIGHBORGRID_BENCHMARK_FLOAT_ONLY for this series
       std::string label;
       Request request;
       std::vector<double> resident;
+      std::vector<double> endToEnd;
       std::map<std::string, std::vector<double>> perStage;
       std::vector<std::string> stageOrder;
       Report report;
+      void setKnobs() const
+      {
+        setenv("NEIGHBORGRID_CLAWS_DISABLE", clawsDisable.c_str(), 1);
+        if (floatOnly)
+        {
+          setenv("NEIGHBORGRID_BENCHMARK_FLOAT_ONLY", "1", 1);
+        }
+        else
+        {
+          unsetenv("NEIGHBORGRID_BENCHMARK_FLOAT_ONLY");
+        }
+      }
     };
     std::vector<Series> series;
     for (Method method : methods)
@@ -261,34 +330,49 @@ int main(int argc, char** argv)
       {
         continue; // quadratic: minutes per run at these sizes
       }
-      std::vector<std::string> variants{ "" };
+      if (s.n > 300000000 && method != Method::RadixSort && method != Method::Auto)
+      {
+        continue; // a billion points: the default method, which is the one that must fit
+      }
+      std::vector<std::pair<std::string, bool>> variants{ { "", false } };
       if (method == Method::CLAWS && s.clawsAblation)
       {
-        variants.insert(variants.end(), { "symmetric", "reorder", "merged", "warps" });
+        for (const char* idea : { "symmetric", "reorder", "merged", "warps" })
+        {
+          variants.push_back({ idea, false });
+        }
       }
-      for (const std::string& variant : variants)
+      if (s.floatOnly && method != Method::Auto)
+      {
+        variants.push_back({ "", true });
+      }
+      for (const auto& variant : variants)
       {
         Series entry;
         entry.method = method;
-        entry.clawsDisable = variant;
-        entry.label = variant.empty() ? "" : " without " + variant;
+        entry.clawsDisable = variant.first;
+        entry.floatOnly = variant.second;
+        entry.label = variant.second ? " (float test only)" : (variant.first.empty() ? "" : " without " + variant.first);
         entry.request = base;
         entry.request.operation = s.operation;
         entry.request.method = method;
         entry.request.density = density.data();
         entry.request.neighborCount = counts.data();
-        setenv("NEIGHBORGRID_CLAWS_DISABLE", variant.c_str(), 1);
+        entry.setKnobs();
         engine.run(entry.request); // warm-up: allocations, module load
         series.push_back(std::move(entry));
       }
     }
-    const int rowRuns = s.n <= 100000 ? std::max(runs, 101) : runs;
+    const int rowRuns = s.runs > 0 ? s.runs : (s.n <= 100000 ? std::max(runs, 101) : runs);
     for (int k = 0; k < rowRuns; ++k)
     {
       for (Series& entry : series)
       {
-        setenv("NEIGHBORGRID_CLAWS_DISABLE", entry.clawsDisable.c_str(), 1);
+        entry.setKnobs();
+        const auto began = std::chrono::steady_clock::now();
         entry.report = engine.run(entry.request);
+        entry.endToEnd.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
         double device = 0;
         for (const auto& stage : entry.report.stages)
         {
@@ -328,9 +412,12 @@ int main(int argc, char** argv)
       {
         std::fprintf(stderr, " %s %.3f", name.c_str(), median(entry.perStage[name]));
       }
-      std::fprintf(stderr, "\n");
+      std::fprintf(stderr, " | engine end to end %.3f ms, %.1f extra device bytes/point, %lld pairs decided in double\n",
+        median(entry.endToEnd), double(report.extraDeviceBytes) / double(s.n),
+        static_cast<long long>(report.pairsDecidedInDouble));
     }
   }
   unsetenv("NEIGHBORGRID_CLAWS_DISABLE");
+  unsetenv("NEIGHBORGRID_BENCHMARK_FLOAT_ONLY");
   return 0;
 }

@@ -430,14 +430,19 @@ TEST(EngineMethods, FennsIsExactForAnyCoarseCellSize)
   const double radius = 0.45;
   Reference ref(cloud, radius);
   const auto rhoRef = ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0);
-  for (const char* target : { "1", "40", "5000", "100000" })
+  for (const char* variant : { "gather", "scatter" })
   {
-    SCOPED_TRACE(std::string("NEIGHBORGRID_FENNS_TARGET=") + target);
-    setenv("NEIGHBORGRID_FENNS_TARGET", target, 1);
-    Engine engine; // reads the knob when its CUDA backend starts
-    expectCountsAndDensity(engine, baseRequest(cloud, radius, Method::FENNS), cloud, ref, rhoRef);
+    setenv("NEIGHBORGRID_FENNS_VARIANT", variant, 1);
+    for (const char* target : { "1", "40", "5000", "100000" })
+    {
+      SCOPED_TRACE(std::string("NEIGHBORGRID_FENNS_TARGET=") + target + ", NEIGHBORGRID_FENNS_VARIANT=" + variant);
+      setenv("NEIGHBORGRID_FENNS_TARGET", target, 1);
+      Engine engine; // reads the knobs when its CUDA backend starts
+      expectCountsAndDensity(engine, baseRequest(cloud, radius, Method::FENNS), cloud, ref, rhoRef);
+    }
   }
   unsetenv("NEIGHBORGRID_FENNS_TARGET");
+  unsetenv("NEIGHBORGRID_FENNS_VARIANT");
 }
 
 // CLAWS with each of its ideas switched off in turn (and all of them), on clouds whose cells hold
@@ -735,6 +740,117 @@ TEST(EngineGrid, RadiiAtTheEndsOfTheRange)
       }
     }
   }
+}
+
+// --- The CUDA backend after errors ----------------------------------------------------------------
+// An illegal address ends a CUDA context for good: CUDA's documentation says the process must be
+// relaunched to use the GPU again. ParaView keeps running after a failed filter, so the engine
+// must say exactly that, and the next run must still work: on the CPU (Backend Auto), or fail
+// with that reason (Backend CUDA). NEIGHBORGRID_TEST_CUDA_FAULT injects the error after the sort.
+// This test ends the process's use of the GPU: CTest runs it on its own (Kernels.CUDA.ContextLoss).
+TEST(EngineCudaContextLoss, AfterAStickyErrorTheNextRunsSayWhyAndRunOnTheCpu)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "CUDA only";
+  }
+  Cloud cloud = ngtest::makeCloud("uniform", 3000, 8.0, 31);
+  const Reference ref(cloud, 0.7);
+  Engine engine;
+  Request r = baseRequest(cloud, 0.7, Method::Auto);
+  r.operation = Operation::NeighborCount;
+  std::vector<std::int32_t> counts(cloud.size(), -7);
+  r.neighborCount = counts.data();
+  engine.run(r); // a working context with buffers in it
+  setenv("NEIGHBORGRID_TEST_CUDA_FAULT", "1", 1);
+  try
+  {
+    engine.run(r);
+    ADD_FAILURE() << "the injected fault went unnoticed";
+  }
+  catch (const Error& e)
+  {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("restart the application"), std::string::npos) << what;
+    EXPECT_NE(what.find("cudaErrorIllegalAddress"), std::string::npos) << what;
+  }
+  unsetenv("NEIGHBORGRID_TEST_CUDA_FAULT");
+
+  std::string why;
+  EXPECT_FALSE(Engine::cudaAvailable(&why));
+  EXPECT_NE(why.find("restart the application"), std::string::npos) << why;
+  // Auto: the CPU, saying why; exact results.
+  r.backend = Backend::Auto;
+  std::fill(counts.begin(), counts.end(), -7);
+  const Report report = engine.run(r);
+  EXPECT_EQ(report.backend, Backend::CPU);
+  EXPECT_NE(report.backendReason.find("restart the application"), std::string::npos) << report.backendReason;
+  for (std::int64_t i = 0; i < cloud.size(); ++i)
+  {
+    ASSERT_EQ(counts[i], ref.certain[i]) << "point " << i;
+  }
+  // CUDA: a clear error, outputs untouched.
+  r.backend = Backend::CUDA;
+  std::fill(counts.begin(), counts.end(), -7);
+  try
+  {
+    engine.run(r);
+    ADD_FAILURE() << "ran on a lost CUDA context";
+  }
+  catch (const Error& e)
+  {
+    EXPECT_NE(std::string(e.what()).find("restart the application"), std::string::npos) << e.what();
+  }
+  for (auto v : counts)
+  {
+    ASSERT_EQ(v, -7);
+  }
+  // A new engine in the same process is no different.
+  Engine another;
+  r.backend = Backend::Auto;
+  EXPECT_EQ(another.run(r).backend, Backend::CPU);
+}
+
+// A request that does not fit the device memory (here a limit of 4 MB) fails before anything is
+// written, saying what it needs and how many points would fit; the engine works again once it fits.
+TEST(EngineCuda, SaysWhatDoesNotFitInDeviceMemory)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "CUDA only";
+  }
+  Cloud cloud = ngtest::makeCloud("uniform", 200000, 40.0, 32);
+  std::vector<float> rho(cloud.size(), -1.0f);
+  Engine engine;
+  engine.setDeviceMemoryLimit(std::int64_t(4) << 20);
+  for (Method method : { Method::Auto, Method::CountingSort, Method::RadixSort, Method::FENNS, Method::CLAWS })
+  {
+    SCOPED_TRACE(toString(method));
+    Request r = baseRequest(cloud, 1.0, method);
+    r.operation = Operation::Density;
+    r.density = rho.data();
+    try
+    {
+      engine.run(r);
+      ADD_FAILURE() << "ran within 4 MB";
+    }
+    catch (const Error& e)
+    {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("need"), std::string::npos) << what;
+      EXPECT_NE(what.find("points of this request would fit"), std::string::npos) << what;
+      EXPECT_NE(what.find("limit"), std::string::npos) << what;
+    }
+    for (float v : rho)
+    {
+      ASSERT_EQ(v, -1.0f) << "an output was written despite the error";
+    }
+  }
+  engine.setDeviceMemoryLimit(0);
+  Request r = baseRequest(cloud, 1.0, Method::Auto);
+  r.density = rho.data();
+  engine.run(r);
+  EXPECT_GT(rho[0], 0.0f);
 }
 
 TEST(EngineReport, SaysWhatRanAndWhy)

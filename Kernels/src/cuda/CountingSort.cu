@@ -53,7 +53,7 @@ public:
   std::int64_t plannedBytes(const CudaRun& run) const override
   {
     const Problem& p = *run.problem;
-    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSizeFor(p.radius, 1));
+    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, baselineCellSize(p.radius));
     const std::int64_t n = run.count;
     if (layout.mode == KeyMode::Wide)
     {
@@ -67,7 +67,7 @@ public:
   {
     const Problem& p = *run.problem;
     const int n = static_cast<int>(run.count);
-    cellSize_ = cellSizeFor(p.radius, 1);
+    cellSize_ = baselineCellSize(p.radius);
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSize_);
     test_ = makePairTest(p.radius, cellSize_, 2.0, run.input);
     wide_ = layout.mode == KeyMode::Wide;

@@ -508,10 +508,38 @@ private:
     return slot.get();
   }
 
-  /// Auto's rule, fitted to Testing/Benchmarks/results-H100.csv (RESULTS.md): with cells of
-  /// size R, Counting Sort and Radix Sort share one search and differ in the sort; below about
-  /// 1.5M points Counting Sort's atomic counting is the cheaper sort, from 2M on the radix sort.
-  static Method chooseMethod(const Problem& p) { return p.count >= 1500000 ? Method::RadixSort : Method::CountingSort; }
+  /// Auto's rule, fitted to Testing/Benchmarks/results-H100.csv (every row of FENNS Tables 1-3
+  /// and CLAWS Tables 1-2 on an H100; Testing/Benchmarks/RESULTS.md):
+  ///  - With cells of size R, Counting Sort and Radix Sort share one search and differ in the
+  ///    sort. Below about 1.5M points Counting Sort's atomic counting is the cheaper sort; from 2M
+  ///    on the radix sort wins.
+  ///  - CLAWS pays off only where the baselines' grid is far coarser than R: FENNS Table 2, where
+  ///    they are held to the 18^3 grid (NEIGHBORGRID_BASELINE_CELL_SIZE). The model: a baseline
+  ///    costs about 6e-10 ms per candidate pair (27 cells' worth per point) plus 0.04 ms; CLAWS
+  ///    costs 2.5 times a baseline on a grid of cell size R, and never less than 0.6 ms. Auto
+  ///    takes CLAWS where that estimate is below 80% of the baseline's.
+  static Method chooseMethod(const Problem& p)
+  {
+    const double n = double(p.count);
+    const double fine = cellSizeFor(p.radius, 1);
+    const double coarse = baselineCellSize(p.radius);
+    if (coarse > 2.0 * fine)
+    {
+      double volume = 1.0;
+      for (int a = 0; a < 3; ++a)
+      {
+        volume *= std::max(p.hi[a] - p.lo[a], fine);
+      }
+      constexpr double msPerCandidate = 6e-10;
+      const double baselineMs = msPerCandidate * n * 27.0 * n * std::min(1.0, coarse * coarse * coarse / volume) + 0.04;
+      const double radiusGridMs = msPerCandidate * n * 27.0 * n * std::min(1.0, fine * fine * fine / volume);
+      if (std::max(0.6, 2.5 * radiusGridMs) < 0.8 * baselineMs)
+      {
+        return Method::CLAWS;
+      }
+    }
+    return p.count >= 1500000 ? Method::RadixSort : Method::CountingSort;
+  }
 
   /// The bytes this run needs beyond the coordinates, against what the device can give: a clear
   /// error when it cannot; cached buffers are released first when they stand in the way.
@@ -690,8 +718,25 @@ private:
 
 } // namespace
 
+/// Set once a sticky error has ended this process's CUDA context: CUDA offers no way back
+/// ("to continue using CUDA, the process must be terminated and relaunched", the runtime's
+/// documentation of cudaErrorIllegalAddress), so the GPU stays off for the rest of the process.
+std::mutex lostMutex;
+std::string lostReason;
+
 bool cudaDeviceUsable(std::string* why)
 {
+  {
+    std::lock_guard<std::mutex> lock(lostMutex);
+    if (!lostReason.empty())
+    {
+      if (why)
+      {
+        *why = lostReason;
+      }
+      return false;
+    }
+  }
   const DeviceInfo& info = probeDevice();
   if (!info.usable && why)
   {
@@ -703,23 +748,20 @@ bool cudaDeviceUsable(std::string* why)
 bool cudaContextHealthy()
 {
   (void)cudaGetLastError(); // clears errors that are not sticky
-  return cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess;
+  const cudaError_t status = cudaDeviceSynchronize();
+  return status == cudaSuccess && cudaGetLastError() == cudaSuccess;
 }
 
-std::string cudaResetAfterFatalError()
+std::string cudaMarkContextLost()
 {
-  const cudaError_t reset = cudaDeviceReset();
-  void* probe = nullptr;
-  const cudaError_t after = reset == cudaSuccess ? cudaMalloc(&probe, 256) : reset;
-  if (after == cudaSuccess)
-  {
-    cudaFree(probe);
-    return "The error ended the CUDA context; NeighborGrid reset the GPU (cudaDeviceReset), so the next run "
-           "starts afresh (any other CUDA memory of this process was lost with it)";
-  }
-  (void)cudaGetLastError();
-  return std::string("The error ended the CUDA context and resetting the GPU failed (") + cudaGetErrorString(after) +
-    "): restart the application to use the GPU again; the CPU backend still works";
+  const cudaError_t sticky = cudaDeviceSynchronize();
+  std::lock_guard<std::mutex> lock(lostMutex);
+  lostReason = std::string("an earlier CUDA error (") + cudaGetErrorName(sticky) +
+    ") ended this process's CUDA context, and CUDA can only start a new one in a new process: restart the "
+    "application to use the GPU again";
+  return "The error ended this process's CUDA context, which CUDA cannot restore: restart the application to use "
+         "the GPU again. Until then NeighborGrid runs on the CPU (Backend Auto), and Backend CUDA fails with this "
+         "reason";
 }
 
 std::unique_ptr<BackendImplementation> makeCudaBackend(std::int64_t deviceMemoryLimit)

@@ -8,6 +8,8 @@
 #include "../PairTest.h"
 #include "CudaSupport.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -71,6 +73,19 @@ public:
   void search(CudaRun& run, const SmoothingOperation<2>& op) override { launch(run, op); }         \
   void search(CudaRun& run, const SmoothingOperation<3>& op) override { launch(run, op); }         \
   void search(CudaRun& run, const SmoothingOperation<4>& op) override { launch(run, op); }
+
+/// The cell size of Counting Sort and Radix Sort: R, or larger through the benchmarking knob
+/// NEIGHBORGRID_BASELINE_CELL_SIZE, to repeat FENNS Table 2, where every method uses FENNS's 18^3
+/// grid of the scene.
+inline double baselineCellSize(double radius)
+{
+  double size = cellSizeFor(radius, 1);
+  if (const char* knob = std::getenv("NEIGHBORGRID_BASELINE_CELL_SIZE"))
+  {
+    size = std::max(size, std::atof(knob));
+  }
+  return size;
+}
 
 std::unique_ptr<CudaMethod> makeCountingSort(DevicePool& pool);
 std::unique_ptr<CudaMethod> makeRadixSort(DevicePool& pool);

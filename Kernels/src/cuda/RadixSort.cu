@@ -23,14 +23,14 @@ public:
   std::int64_t plannedBytes(const CudaRun& run) const override
   {
     const Problem& p = *run.problem;
-    const double size = cellSizeFor(p.radius, 1);
+    const double size = baselineCellSize(p.radius);
     return RadixCells::plannedBytes(run.count, makeKeyLayout(p.lo, p.hi, size), false);
   }
 
   void sort(CudaRun& run) override
   {
     const Problem& p = *run.problem;
-    cellSize_ = cellSizeFor(p.radius, 1);
+    cellSize_ = baselineCellSize(p.radius);
     cells_.build(run, makeKeyLayout(p.lo, p.hi, cellSize_), cellSize_, false);
     particlesInOrder<<<blocksFor(run.count), 256, 0, run.stream>>>(run.input, cells_.orderToInput(),
       static_cast<int>(run.count), cellSize_, 1.0 / cellSize_, cells_.particleRegion());

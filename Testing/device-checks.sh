@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# What runs on the GPU machine (DESIGN.md, "Where the work runs"): build here, pack the build with
+# ../shared/tools/device-bundle, carry .device-bundle, and run there, for example
+#   bash .device-bundle/run bash Testing/device-checks.sh tests sanitize
+#   bash .device-bundle/run bash Testing/device-checks.sh bench issue exactness outlier billion
+# Steps:
+#   tests     ctest -L gpu (the CUDA engine, filter and composite tests)
+#   sanitize  compute-sanitizer memcheck and racecheck on GPU tests of every method
+#   bench T   NeighborGridBenchmark --table=T (CSV and stage timings), for each table named after it
+# Logs and CSVs go to $OUT (or out/device when OUT is unset); the last lines printed summarize.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${NEIGHBORGRID_BUILD_DIR:-build}
+out=${OUT:-out/device}
+mkdir -p "$out"
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+summary=()
+# The bundle carries regular files only: restore the libraries' version links (libX.so.0 -> libX.so.0.1.0).
+for lib in "$build"/lib/lib*.so.*.*.*; do
+  [ -e "$lib" ] || continue
+  base=${lib%.*.*}
+  [ -e "$base" ] || ln -s "$(basename "$lib")" "$base"
+  [ -e "${base%.*}" ] || ln -s "$(basename "$lib")" "${base%.*}"
+done
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+
+tests=$build/bin/NeighborGridKernelsTests
+mode=""
+for arg in "$@"; do
+  case "$arg" in
+    tests|sanitize|bench) mode=$arg ;;
+  esac
+  case "$mode:$arg" in
+    tests:tests)
+      # The pvpython GPU test needs ParaView, which the GPU machine lacks.
+      ctest --test-dir "$build" -L gpu -LE python --output-on-failure 2>&1 | tee "$out/ctest-gpu.log"
+      summary+=("ctest -L gpu: $(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log" | tail -1)")
+      ;;
+    sanitize:sanitize)
+      # Small clouds of every kind and every method; the exactness and outlier tests; FENNS/CLAWS
+      # with every idea switched off in turn.
+      filter='Clouds/EngineAccuracy.NeighborCount*:Clouds/EngineAccuracy.Density*uniform_4000*:Clouds/EngineAccuracy.Smoothing*outliers_3000*:EngineExactness.*:EngineMethods.*:EngineGrid.Radii*'
+      "$sanitizer" --tool memcheck --error-exitcode 1 "$tests" --backend=cuda --gtest_filter="$filter" \
+        > "$out/memcheck.log" 2>&1
+      summary+=("memcheck: exit $? ($(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1); $(grep -E '^\[  PASSED|^\[  FAILED' "$out/memcheck.log" | tr '\n' ' '))")
+      "$sanitizer" --tool racecheck --error-exitcode 1 "$tests" --backend=cuda \
+        --gtest_filter='EngineMethods.*:Clouds/EngineAccuracy.NeighborCount*stacked*:Clouds/EngineAccuracy.Density*clustered*' \
+        > "$out/racecheck.log" 2>&1
+      summary+=("racecheck: exit $? ($(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$out/racecheck.log" | tail -1); $(grep -E '^\[  PASSED|^\[  FAILED' "$out/racecheck.log" | tr '\n' ' '))")
+      ;;
+    bench:bench) ;;
+    bench:*)
+      "$build/bin/NeighborGridBenchmark" --table="$arg" --csv="$out/bench-$arg.csv" > /dev/null 2> "$out/bench-$arg.txt"
+      summary+=("bench $arg: exit $?")
+      ;;
+  esac
+done
+echo "=== summary"
+printf '%s\n' "${summary[@]}"
+for f in "$out"/bench-*.txt; do
+  [ -f "$f" ] && { echo "--- $f"; grep -v '^note' "$f" | cut -c1-400; }
+done
+exit 0
