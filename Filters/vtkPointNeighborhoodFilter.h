@@ -4,7 +4,8 @@
  *
  * For every point of a vtkPointSet (polydata, unstructured grid, ...) or of every block of a
  * composite dataset of them, vtkPointNeighborhoodFilter visits all points within the support
- * radius R (|x_i - x_j| <= R) and evaluates one operation:
+ * radius R (|x_i - x_j| <= R, decided exactly in double from the input coordinates: the counts
+ * equal a double-precision brute force) and evaluates one operation:
  *
  * - NeighborCount: number of other points within R (int32 array "NeighborCount").
  * - Density: SPH density rho_i = sum_j m_j W(|x_i - x_j|, h), self included, h = R / cutoff
@@ -86,7 +87,7 @@ public:
   };
 
   ///@{
-  /// Support radius R: j is a neighbor of i when |x_i - x_j| <= R. Must be > 0 and finite.
+  /// Support radius R: j is a neighbor of i when |x_i - x_j| <= R. Between 1e-150 and 1e150.
   vtkSetMacro(Radius, double);
   vtkGetMacro(Radius, double);
   ///@}

@@ -7,6 +7,8 @@
 #   tests     ctest -L gpu (the CUDA engine, filter and composite tests)
 #   sanitize  compute-sanitizer memcheck and racecheck on GPU tests of every method
 #   bench T   NeighborGridBenchmark --table=T (CSV and stage timings), for each table named after it
+#   profile K Nsight Compute on the 4M density row, one launch of each kernel whose name matches
+#             the regular expression K (e.g. 'gridSearch<.*Density'), methods from NG_METHODS
 # Logs and CSVs go to $OUT (or out/device when OUT is unset); the last lines printed summarize.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +30,7 @@ tests=$build/bin/NeighborGridKernelsTests
 mode=""
 for arg in "$@"; do
   case "$arg" in
-    tests|sanitize|bench) mode=$arg ;;
+    tests|sanitize|bench|profile) mode=$arg ;;
   esac
   case "$mode:$arg" in
     tests:tests)
@@ -48,7 +50,17 @@ for arg in "$@"; do
         > "$out/racecheck.log" 2>&1
       summary+=("racecheck: exit $? ($(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$out/racecheck.log" | tail -1); $(grep -E '^\[  PASSED|^\[  FAILED' "$out/racecheck.log" | tr '\n' ' '))")
       ;;
-    bench:bench) ;;
+    bench:bench|profile:profile) ;;
+    profile:*)
+      ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      "$ncu" --kernel-name-base demangled --kernel-name "regex:$arg" --launch-skip 1 --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+        "$build/bin/NeighborGridBenchmark" --table=issue --runs=1 --methods="${NG_METHODS:-radix-sort}" \
+        > "$out/profile.txt" 2>&1
+      summary+=("profile $arg: exit $?")
+      grep -E "^  [a-zA-Z_:<>]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Theoretical Occupancy|Registers Per|Avg. Active Threads|Warp Cycles Per Issued|Issued Ipc|No Eligible|One or More|Avg. Not Predicated" "$out/profile.txt" | head -60
+      ;;
     bench:*)
       "$build/bin/NeighborGridBenchmark" --table="$arg" --csv="$out/bench-$arg.csv" > /dev/null 2> "$out/bench-$arg.txt"
       summary+=("bench $arg: exit $?")

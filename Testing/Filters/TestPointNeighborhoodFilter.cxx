@@ -426,7 +426,7 @@ void TestSmoothing()
 }
 
 // ---------------------------------------------------------------------------------------------
-/// Coordinates far from the origin keep their precision (converted relative to the bounds).
+/// Coordinates far from the origin keep their precision (pairs are tested relative to their cells).
 void TestFarFromOrigin()
 {
   const double radius = 0.75;
@@ -454,6 +454,66 @@ void TestFarFromOrigin()
       ngtest::ReferenceDensity(lists, std::vector<double>(2000, 1.0),
         vtkPointNeighborhoodFilter::CUBIC_SPLINE, 3, radius));
     NG_CHECK(error <= Tolerance, what.str() << ": density relative error " << error);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+/// One far point (an escaped particle, a stray return, a sentinel coordinate) beside a dense
+/// lattice: 60^3 points of spacing 1e-5 and one at (1e6, 1e6, 1e6), float coordinates, R = 1.05e-5.
+/// Each lattice point has exactly its axis neighbors (6 inside, fewer on the faces), the far point
+/// none. A grid sized from the bounding box put every lattice point into one cell, and float
+/// coordinates relative to the bounds' minimum could not tell them apart.
+void TestFarOutlier()
+{
+  const int side = 60;
+  const double spacing = 1e-5;
+  std::vector<double> xyz;
+  xyz.reserve(3 * (side * side * side + 1));
+  for (int z = 0; z < side; ++z)
+  {
+    for (int y = 0; y < side; ++y)
+    {
+      for (int x = 0; x < side; ++x)
+      {
+        xyz.insert(xyz.end(), { x * spacing, y * spacing, z * spacing });
+      }
+    }
+  }
+  xyz.insert(xyz.end(), { 1e6, 1e6, 1e6 });
+  auto cloud = ngtest::MakeCloud(xyz, VTK_FLOAT);
+  for (int method : { int(vtkPointNeighborhoodFilter::METHOD_AUTO), int(vtkPointNeighborhoodFilter::METHOD_COUNTING_SORT),
+         int(vtkPointNeighborhoodFilter::METHOD_RADIX_SORT), int(vtkPointNeighborhoodFilter::METHOD_CLAWS) })
+  {
+    if (Backend == vtkPointNeighborhoodFilter::BACKEND_CPU && method > vtkPointNeighborhoodFilter::METHOD_COUNTING_SORT)
+    {
+      continue;
+    }
+    vtkNew<vtkPointNeighborhoodFilter> filter;
+    filter->SetOperation(vtkPointNeighborhoodFilter::NEIGHBOR_COUNT);
+    filter->SetRadius(1.05 * spacing);
+    filter->SetMethod(method);
+    const std::string what = "far outlier, method " + std::to_string(method);
+    const auto counts = Values(Run(filter, cloud, what), "NeighborCount");
+    NG_CHECK(counts.size() == xyz.size() / 3, what << ": no counts");
+    if (counts.size() != xyz.size() / 3)
+    {
+      continue;
+    }
+    int wrong = 0;
+    size_t i = 0;
+    for (int z = 0; z < side; ++z)
+    {
+      for (int y = 0; y < side; ++y)
+      {
+        for (int x = 0; x < side; ++x, ++i)
+        {
+          const int expected = (x > 0) + (x < side - 1) + (y > 0) + (y < side - 1) + (z > 0) + (z < side - 1);
+          wrong += counts[i] != expected ? 1 : 0;
+        }
+      }
+    }
+    NG_CHECK(wrong == 0, what << ": " << wrong << " lattice counts differ from their axis neighbors");
+    NG_CHECK(counts.back() == 0, what << ": the far point has " << counts.back() << " neighbors");
   }
 }
 
@@ -588,6 +648,7 @@ int main(int argc, char* argv[])
   TestDensity();
   TestSmoothing();
   TestFarFromOrigin();
+  TestFarOutlier();
   TestAgainstSPHInterpolator();
   TestReuse();
   TestChainedFilters();
