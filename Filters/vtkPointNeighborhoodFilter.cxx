@@ -190,6 +190,8 @@ neighborgrid::Method MethodToEngine(int method)
       return neighborgrid::Method::RadixSort;
     case vtkPointNeighborhoodFilter::METHOD_CLAWS:
       return neighborgrid::Method::CLAWS;
+    case vtkPointNeighborhoodFilter::METHOD_BAYRAKTAR:
+      return neighborgrid::Method::Bayraktar;
     case vtkPointNeighborhoodFilter::METHOD_AUTO:
     default:
       return neighborgrid::Method::Auto;

@@ -83,7 +83,8 @@ public:
     METHOD_BRUTE_FORCE = 2,
     METHOD_FENNS = 3,      // CUDA only
     METHOD_RADIX_SORT = 4, // CUDA only
-    METHOD_CLAWS = 5       // CUDA only
+    METHOD_CLAWS = 5,      // CUDA only
+    METHOD_BAYRAKTAR = 6   // CUDA only
   };
 
   ///@{
@@ -143,7 +144,7 @@ public:
 
   ///@{
   /// Search method, default METHOD_AUTO.
-  vtkSetClampMacro(Method, int, METHOD_AUTO, METHOD_CLAWS);
+  vtkSetClampMacro(Method, int, METHOD_AUTO, METHOD_BAYRAKTAR);
   vtkGetMacro(Method, int);
   ///@}
 

@@ -6,6 +6,7 @@
 # Steps:
 #   tests     ctest -L gpu (the CUDA engine, filter and composite tests)
 #   sanitize  compute-sanitizer memcheck and racecheck on GPU tests of every method
+#             (NG_SANITIZE_FILTER replaces memcheck's test filter)
 #   bench T   NeighborGridBenchmark --table=T (CSV and stage timings), for each table named after it
 #   profile K Nsight Compute on the 4M density row, one launch of each kernel whose name matches
 #             the regular expression K (e.g. 'gridSearch<.*Density'), methods from NG_METHODS
@@ -42,7 +43,7 @@ for arg in "$@"; do
       # Small clouds of every kind and every method; the exactness and outlier tests; FENNS/CLAWS
       # with every idea switched off in turn.
       filter='Clouds/EngineAccuracy.NeighborCount*:Clouds/EngineAccuracy.Density*uniform_4000*:Clouds/EngineAccuracy.Smoothing*outliers_3000*:EngineExactness.*:EngineMethods.*:EngineGrid.Radii*'
-      "$sanitizer" --tool memcheck --error-exitcode 1 "$tests" --backend=cuda --gtest_filter="$filter" \
+      "$sanitizer" --tool memcheck --error-exitcode 1 "$tests" --backend=cuda --gtest_filter="${NG_SANITIZE_FILTER:-$filter}" \
         > "$out/memcheck.log" 2>&1
       summary+=("memcheck: exit $? ($(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1); $(grep -E '^\[  PASSED|^\[  FAILED' "$out/memcheck.log" | tr '\n' ' '))")
       "$sanitizer" --tool racecheck --error-exitcode 1 "$tests" --backend=cuda \

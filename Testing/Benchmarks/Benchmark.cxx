@@ -159,6 +159,7 @@ Method parseMethod(const std::string& name)
   if (name == "radix-sort") return Method::RadixSort;
   if (name == "fenns") return Method::FENNS;
   if (name == "claws") return Method::CLAWS;
+  if (name == "bayraktar") return Method::Bayraktar;
   if (name == "brute-force") return Method::BruteForce;
   if (name == "auto") return Method::Auto;
   std::fprintf(stderr, "unknown method '%s'\n", name.c_str());
@@ -173,7 +174,8 @@ int main(int argc, char** argv)
   std::string csvPath;
   int runs = 21;
   Backend backend = Backend::Auto;
-  std::vector<Method> methods{ Method::CountingSort, Method::RadixSort, Method::FENNS, Method::CLAWS, Method::Auto };
+  std::vector<Method> methods{ Method::CountingSort, Method::RadixSort, Method::FENNS, Method::CLAWS, Method::Bayraktar,
+    Method::Auto };
   bool roofline = false;
   for (int i = 1; i < argc; ++i)
   {
@@ -213,7 +215,7 @@ int main(int argc, char** argv)
       std::fprintf(stderr,
         "usage: %s [--table=issue|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|all|smoke]\n"
         "          [--runs=N] [--csv=FILE]\n"
-        "          [--methods=counting-sort,radix-sort,fenns,claws,brute-force,auto] [--cpu] [--roofline]\n",
+        "          [--methods=counting-sort,radix-sort,fenns,claws,bayraktar,brute-force,auto] [--cpu] [--roofline]\n",
         argv[0]);
       return 2;
     }
@@ -359,7 +361,17 @@ int main(int argc, char** argv)
         entry.request.density = density.data();
         entry.request.neighborCount = counts.data();
         entry.setKnobs();
-        engine.run(entry.request); // warm-up: allocations, module load
+        try
+        {
+          engine.run(entry.request); // warm-up: allocations, module load
+        }
+        catch (const Error& error)
+        {
+          // Say what did not run and why (a method that does not fit the device, say), and go on.
+          std::fprintf(stderr, "%s n=%lld %s%s: not run: %s\n", s.table.c_str(), static_cast<long long>(s.n),
+            toString(method), entry.label.c_str(), error.what());
+          continue;
+        }
         series.push_back(std::move(entry));
       }
     }

@@ -135,6 +135,7 @@ void TestNeighborCountRandom()
     methods.push_back(vtkPointNeighborhoodFilter::METHOD_FENNS);
     methods.push_back(vtkPointNeighborhoodFilter::METHOD_RADIX_SORT);
     methods.push_back(vtkPointNeighborhoodFilter::METHOD_CLAWS);
+    methods.push_back(vtkPointNeighborhoodFilter::METHOD_BAYRAKTAR);
   }
   for (int method : methods)
   {

@@ -51,8 +51,10 @@ enum class Method
   BruteForce,   // every pair; for validation
   FENNS,        // two-step shared-memory search (Groß, Köster, Krüger 2019); CUDA only
   RadixSort,    // cell hashes sorted with a radix sort (Green 2008/2012), 27 cells; CUDA only
-  CLAWS         // FENNS with symmetric pairs, inner/border-first order, merged lookups and
+  CLAWS,        // FENNS with symmetric pairs, inner/border-first order, merged lookups and
                 // balanced warps (Groß, Köster, Krüger 2020); CUDA only
+  Bayraktar     // a candidate list per cell holding its 27 cells' points (Bayraktar et al. 2009);
+                // CUDA only
 };
 
 enum class Operation

@@ -3,6 +3,7 @@
 //  - CountingSort.cu (Hoetzlein 2013), RadixSort.cu (Green 2008/2012), both searching through
 //    GridSearch.cuh;
 //  - Fenns.cu / Fenns.cuh: FENNS (Groß et al. 2019) and CLAWS (2020);
+//  - Bayraktar.cu (Bayraktar et al. 2009): a candidate list per cell;
 //  - BruteForce.cu: every pair, for validation.
 // They share the grid (CellGrid.h, CellTable.h): cells keyed by their coordinates, occupied cells
 // only, points in frame coordinates of their cell, pairs within rounding of R decided in double
@@ -499,6 +500,9 @@ private:
         case Method::CLAWS:
           slot = makeFenns(pool_, true);
           break;
+        case Method::Bayraktar:
+          slot = makeBayraktar(pool_);
+          break;
         case Method::CountingSort:
         default:
           slot = makeCountingSort(pool_);
@@ -713,7 +717,7 @@ private:
   DeviceBuffer<float> orderedDensity_;
   DeviceBuffer<float> gathered_;
   DeviceBuffer<unsigned long long> decided_;
-  std::unique_ptr<CudaMethod> methods_[6];
+  std::unique_ptr<CudaMethod> methods_[7];
 };
 
 } // namespace
