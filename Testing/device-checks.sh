@@ -36,7 +36,7 @@ for arg in "$@"; do
   case "$mode:$arg" in
     tests:tests)
       # The pvpython GPU test needs ParaView, which the GPU machine lacks.
-      ctest --test-dir "$build" -L gpu -LE python --output-on-failure 2>&1 | tee "$out/ctest-gpu.log"
+      ctest --test-dir "$build" -L gpu -LE python --output-on-failure --timeout 240 2>&1 | tee "$out/ctest-gpu.log"
       summary+=("ctest -L gpu: $(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log" | tail -1)")
       ;;
     sanitize:sanitize)
@@ -63,14 +63,15 @@ for arg in "$@"; do
       grep -E "^  [a-zA-Z_:<>]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Theoretical Occupancy|Registers Per|Avg. Active Threads|Warp Cycles Per Issued|Issued Ipc|No Eligible|One or More|Avg. Not Predicated" "$out/profile.txt" | head -60
       ;;
     bench:*)
-      "$build/bin/NeighborGridBenchmark" --table="$arg" --csv="$out/bench-$arg.csv" > /dev/null 2> "$out/bench-$arg.txt"
+      # One CSV and one stage file for all tables (the device tool brings back at most 8 files).
+      "$build/bin/NeighborGridBenchmark" --table="$arg" --csv="$out/bench.tmp" > /dev/null 2>> "$out/bench-stages.txt"
       summary+=("bench $arg: exit $?")
+      if [ -f "$out/bench.csv" ]; then tail -n +2 "$out/bench.tmp" >> "$out/bench.csv"; else cat "$out/bench.tmp" > "$out/bench.csv"; fi
+      rm -f "$out/bench.tmp"
       ;;
   esac
 done
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
-for f in "$out"/bench-*.txt; do
-  [ -f "$f" ] && { echo "--- $f"; grep -v '^note' "$f" | cut -c1-400; }
-done
+[ -f "$out/bench-stages.txt" ] && grep -v '^note' "$out/bench-stages.txt" | cut -c1-300 | tail -40
 exit 0

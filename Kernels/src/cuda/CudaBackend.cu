@@ -513,15 +513,18 @@ private:
   }
 
   /// Auto's rule, fitted to Testing/Benchmarks/results-H100.csv (every row of FENNS Tables 1-3
-  /// and CLAWS Tables 1-2 on an H100; Testing/Benchmarks/RESULTS.md):
-  ///  - With cells of size R, Counting Sort and Radix Sort share one search and differ in the
-  ///    sort. Below about 1.5M points Counting Sort's atomic counting is the cheaper sort; from 2M
-  ///    on the radix sort wins.
-  ///  - CLAWS pays off only where the baselines' grid is far coarser than R: FENNS Table 2, where
-  ///    they are held to the 18^3 grid (NEIGHBORGRID_BASELINE_CELL_SIZE). The model: a baseline
-  ///    costs about 6e-10 ms per candidate pair (27 cells' worth per point) plus 0.04 ms; CLAWS
-  ///    costs 2.5 times a baseline on a grid of cell size R, and never less than 0.6 ms. Auto
-  ///    takes CLAWS where that estimate is below 80% of the baseline's.
+  /// and CLAWS Tables 1-2 and the scale sweep on an H100; Testing/Benchmarks/RESULTS.md):
+  ///  - Counting Sort and Radix Sort share one search and differ in the sort. Below about 1.5M
+  ///    points Counting Sort's atomic counting is the cheaper sort, and so it is where the cells'
+  ///    keys need more than 24 bits (sparse data: Radix Sort sorts more bits and builds a lookup
+  ///    table that cannot be the dense grid); otherwise the radix sort wins (4M dense: 5.22
+  ///    against 5.42 ms).
+  ///  - CLAWS on sparse data (below).
+  ///  - CLAWS pays off where the baselines' grid is far coarser than R: FENNS Table 2, where they
+  ///    are held to the 18^3 grid (NEIGHBORGRID_BASELINE_CELL_SIZE). The model: a baseline costs
+  ///    about 6e-10 ms per candidate pair (27 cells' worth per point) plus 0.04 ms; CLAWS costs
+  ///    2.5 times a baseline on a grid of cell size R, and never less than 0.6 ms. Auto takes
+  ///    CLAWS where that estimate is below 80% of the baseline's.
   static Method chooseMethod(const Problem& p)
   {
     const double n = double(p.count);
@@ -542,7 +545,23 @@ private:
         return Method::CLAWS;
       }
     }
-    return p.count >= 1500000 ? Method::RadixSort : Method::CountingSort;
+    // Sparse data (between 5e-4 and 0.2 points per cell of size R over the bounds, from 256K
+    // points on): CLAWS, whose coarse cells then span many cells of size R and keep its blocks
+    // busy, while the baselines visit 27 nearly empty cells per point (4M points, R = 0.5 in a
+    // box of 180: CLAWS 1.74 ms, Counting Sort 4.15 ms).
+    double volume = 1.0;
+    for (int a = 0; a < 3; ++a)
+    {
+      volume *= std::max(p.hi[a] - p.lo[a], fine);
+    }
+    const double perCell = n * fine * fine * fine / volume;
+    if (p.count >= 262144 && perCell > 5e-4 && perCell < 0.2)
+    {
+      return Method::CLAWS;
+    }
+    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, coarse);
+    const bool sparse = layout.mode == KeyMode::Wide || layout.bits > 24;
+    return p.count >= 1500000 && !sparse ? Method::RadixSort : Method::CountingSort;
   }
 
   /// The bytes this run needs beyond the coordinates, against what the device can give: a clear

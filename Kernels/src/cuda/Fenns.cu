@@ -60,12 +60,24 @@ public:
     const Problem& p = *run.problem;
     const int n = static_cast<int>(run.count);
     flags_ = claws_ ? clawsFlags() : SearchFlags{};
-    coarse_.size = coarseSize(p, n);
+    // The coarse cells: sized from the bounds' average density, then corrected by the points per
+    // occupied cell actually found (a far outlier makes the bounds' average useless).
+    const double fine = cellSizeFor(p.radius, 1);
+    double k = coarseSize(p, n) / fine;
+    for (int attempt = 0;; ++attempt)
+    {
+      coarse_.size = k * fine;
+      slots_.build(run, makeKeyLayout(p.lo, p.hi, coarse_.size), coarse_.size);
+      const double perCell = double(n) / double(std::max(1, slots_.occupiedCells()));
+      if (attempt == 3 || k <= 1.0 || perCell <= 2.0 * targetPerCell_)
+      {
+        break;
+      }
+      k = std::max(1.0, std::floor(k * std::cbrt(double(targetPerCell_) / perCell)));
+    }
     coarse_.inverse = 1.0 / coarse_.size;
     grid_ = planFineGrid(p.radius / coarse_.size, run.device->sharedMemoryPerBlock);
     test_ = makePairTest(p.radius, coarse_.size, 2.0, run.input);
-    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, coarse_.size);
-    slots_.build(run, layout, coarse_.size);
     const int slots = slots_.slots();
     const int sections = flags_.clawsLayout ? 2 * slots : slots;
     int* counts = counts_.ensure(std::size_t(sections) + 1, "coarse cell counts and starts");
@@ -184,10 +196,11 @@ private:
     fennsSearch<<<occupiedCells_, fennsThreads, bytes, run.stream>>>(params, particles_.get(), orderToInput_.get(), op, flags_);
   }
 
-  /// The coarse cell size: k fine cells of size R (k <= 10), the largest k for which a coarse
-  /// cell holds at most targetPerCell_ points on average (a chunk is fennsChunk = 1024: most
-  /// cells then fit one chunk). The average is taken over the bounding box: data that fill it
-  /// less (a far outlier) get smaller coarse cells than they could use, never wrong ones.
+  /// The coarse cell size: k cells of size R, k the largest for which a coarse cell holds at most
+  /// targetPerCell_ points on average (a chunk is fennsChunk = 1024: most cells then fit one
+  /// chunk). Sparse data get wide coarse cells (k of 40 and more), so a block has work for its
+  /// threads; the fine grid then has cells wider than R. This first guess takes the average over
+  /// the bounding box; sort() corrects it by the points per occupied coarse cell.
   double coarseSize(const Problem& p, std::int64_t n) const
   {
     const double fine = cellSizeFor(p.radius, 1);
@@ -196,11 +209,9 @@ private:
     {
       volume *= std::max(p.hi[a] - p.lo[a], fine);
     }
-    int k = 1;
-    while (k < 10 && double(n) * std::pow((k + 1) * fine, 3.0) / volume <= targetPerCell_)
-    {
-      ++k;
-    }
+    const double side = std::cbrt(double(targetPerCell_) * volume / double(n));
+    // At most 64 cells of size R: beyond that the first guess is surely the bounds' fault.
+    const double k = std::max(1.0, std::min(64.0, std::floor(side / fine)));
     return k * fine;
   }
 
