@@ -71,30 +71,30 @@ def ratio(a, b):
 
 def main():
     rows = load(sys.argv[1])
-    methods = ["Counting Sort", "Radix Sort", "FENNS", "CLAWS", "Auto"]
+    methods = ["Counting Sort", "Radix Sort", "FENNS", "CLAWS", "Bayraktar", "Auto"]
     for table in ("FENNS-T1", "FENNS-T2", "FENNS-T3"):
         print("\n#### %s\n" % table)
-        print("| n | R | avg nbrs | Counting Sort | Radix Sort | FENNS | CLAWS | Auto | FENNS/Hoe ours | FENNS/Hoe paper | FENNS/Green ours | FENNS/Green paper |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for (t, n, scene, r), e in rows.items():
-            if t != table:
-                continue
-            ms = e["ms"]
-            hoe, green, fenns = FENNS_PAPER[table][(n, r)]
-            print("| %d | %g | %.2f | %s | %s | %s | %s | %s | %s | %.2f | %s | %.2f |" % (
-                n, r, e["avg"], *(fmt(ms.get(m)) for m in methods),
-                ratio(ms.get("FENNS"), ms.get("Counting Sort")), fenns / hoe,
-                ratio(ms.get("FENNS"), ms.get("Radix Sort")), fenns / green))
-    for table in ("CLAWS-T1", "CLAWS-T2"):
-        print("\n#### %s\n" % table)
-        print("| scene | n | R | avg nbrs | Counting Sort | Radix Sort | FENNS | CLAWS | Auto | CLAWS/FENNS ours | paper | CLAWS/Hoe ours | paper |")
+        print("| n | R | avg nbrs | Counting Sort | Radix Sort | FENNS | CLAWS | Bayraktar | Auto | FENNS/Hoe ours | FENNS/Hoe paper | FENNS/Green ours | FENNS/Green paper |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for (t, n, scene, r), e in rows.items():
             if t != table:
                 continue
             ms = e["ms"]
+            hoe, green, fenns = FENNS_PAPER[table][(n, r)]
+            print("| %d | %g | %.2f | %s | %s | %s | %s | %s | %s | %s | %.2f | %s | %.2f |" % (
+                n, r, e["avg"], *(fmt(ms.get(m)) for m in methods),
+                ratio(ms.get("FENNS"), ms.get("Counting Sort")), fenns / hoe,
+                ratio(ms.get("FENNS"), ms.get("Radix Sort")), fenns / green))
+    for table in ("CLAWS-T1", "CLAWS-T2"):
+        print("\n#### %s\n" % table)
+        print("| scene | n | R | avg nbrs | Counting Sort | Radix Sort | FENNS | CLAWS | Bayraktar | Auto | CLAWS/FENNS ours | paper | CLAWS/Hoe ours | paper |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for (t, n, scene, r), e in rows.items():
+            if t != table:
+                continue
+            ms = e["ms"]
             hoe, fenns, claws = CLAWS_PAPER[(int(scene), n, r)]
-            print("| %g | %d | %g | %.2f | %s | %s | %s | %s | %s | %s | %.2f | %s | %.2f |" % (
+            print("| %g | %d | %g | %.2f | %s | %s | %s | %s | %s | %s | %s | %.2f | %s | %.2f |" % (
                 scene, n, r, e["avg"], *(fmt(ms.get(m)) for m in methods),
                 ratio(ms.get("CLAWS"), ms.get("FENNS")), claws / fenns,
                 ratio(ms.get("CLAWS"), ms.get("Counting Sort")), claws / hoe))
