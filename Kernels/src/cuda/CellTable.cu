@@ -37,15 +37,6 @@ __device__ __forceinline__ void makeKey(const KeyLayout& layout, const double c[
   key = layout.wideKey(c);
 }
 
-__device__ __forceinline__ std::uint64_t asBits(std::uint32_t k)
-{
-  return k;
-}
-__device__ __forceinline__ std::uint64_t asBits(std::uint64_t k)
-{
-  return k;
-}
-
 template <class KeyT>
 __global__ void computeKeys(InputPoints input, int n, double size, KeyLayout layout, KeyT* __restrict__ keys,
   std::int32_t* __restrict__ values)
@@ -60,51 +51,42 @@ __global__ void computeKeys(InputPoints input, int n, double size, KeyLayout lay
   }
 }
 
-/// Cell k of the sorted unique keys into the lookup table (slots claimed by their cell field).
-template <class KeyT>
-__global__ void insertUniqueKeys(const KeyT* __restrict__ unique, int cells, CellLookup lookup, BitsSlot* bitsSlots,
-  std::uint64_t* __restrict__ keptKeys)
+__device__ __forceinline__ WideKey asSlotKey(const WideKey& k)
 {
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k >= cells)
-  {
-    return;
-  }
-  const std::uint64_t key = asBits(unique[k]);
-  for (std::uint64_t s = lookup.home(key);; s = (s + 1) & lookup.mask)
-  {
-    if (atomicCAS(&bitsSlots[s].cell, -1, k) == -1)
-    {
-      bitsSlots[s].key = key;
-      break;
-    }
-  }
-  if (keptKeys)
-  {
-    keptKeys[k] = key;
-  }
+  return k;
+}
+__device__ __forceinline__ std::uint64_t asSlotKey(std::uint32_t k)
+{
+  return k;
+}
+__device__ __forceinline__ std::uint64_t asSlotKey(std::uint64_t k)
+{
+  return k;
 }
 
-__global__ void insertUniqueWideKeys(const WideKey* __restrict__ unique, int cells, CellLookup lookup,
-  WideSlot* wideSlots, WideKey* __restrict__ keptKeys)
+/// Cell k of the sorted unique keys into the lookup table (slots claimed by their cell field);
+/// kept[k] = its key when the caller keeps them. Slot: BitsSlot (Bits keys) or WideSlot.
+template <class KeyT, class Slot, class KeptT>
+__global__ void insertUniqueKeys(const KeyT* __restrict__ unique, int cells, CellLookup lookup, Slot* slots,
+  KeptT* __restrict__ kept)
 {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= cells)
   {
     return;
   }
-  const WideKey key = unique[k];
+  const auto key = asSlotKey(unique[k]);
   for (std::uint64_t s = lookup.home(key);; s = (s + 1) & lookup.mask)
   {
-    if (atomicCAS(&wideSlots[s].cell, -1, k) == -1)
+    if (atomicCAS(&slots[s].cell, -1, k) == -1)
     {
-      wideSlots[s].key = key;
+      slots[s].key = key;
       break;
     }
   }
-  if (keptKeys)
+  if (kept)
   {
-    keptKeys[k] = key;
+    kept[k] = key;
   }
 }
 
@@ -342,9 +324,9 @@ void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, b
     NG_CUDA_CHECK(cudaMemsetAsync(wide, 0xff, slots * sizeof(WideSlot), run.stream), "clearing the cell lookup");
     lookup.wideSlots = wide;
     WideKey* kept = keepKeys ? wideKeys_.ensure(std::size_t(cells), "cell keys") : nullptr;
-    insertUniqueWideKeys<<<blocksFor(cells), 256, 0, run.stream>>>(
+    insertUniqueKeys<<<blocksFor(cells), 256, 0, run.stream>>>(
       static_cast<const WideKey*>(uniqueKeys), cells, lookup, wide, kept);
-    NG_CUDA_CHECK_LAUNCH("insertUniqueWideKeys");
+    NG_CUDA_CHECK_LAUNCH("insertUniqueKeys");
     table_.wideKeys = kept;
   }
   else

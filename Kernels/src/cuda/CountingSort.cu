@@ -120,9 +120,7 @@ private:
   template <class Op>
   void launch(CudaRun& run, const Op& op)
   {
-    const int n = static_cast<int>(run.count);
-    gridSearch<<<blocksFor(n, gridSearchThreads), gridSearchThreads, 0, run.stream>>>(
-      table_, particles(), orderToInput(), n, test_, op, run.decided);
+    launchGridSearch(run, table_, particles(), orderToInput(), test_, op);
   }
 
   SlotCells slots_;

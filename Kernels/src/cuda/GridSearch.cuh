@@ -61,6 +61,16 @@ __global__ void __launch_bounds__(gridSearchThreads) gridSearch(CellTable grid, 
   addDecided(decided, decidedHere);
 }
 
+/// The search over `grid` for every point of `particles` (the method's order), on the run's stream.
+template <class Op>
+void launchGridSearch(CudaRun& run, const CellTable& grid, const Particle* particles,
+  const std::int32_t* orderToInput, const PairTest& test, const Op& op)
+{
+  const int n = static_cast<int>(run.count);
+  gridSearch<<<blocksFor(n, gridSearchThreads), gridSearchThreads, 0, run.stream>>>(
+    grid, particles, orderToInput, n, test, op, run.decided);
+}
+
 namespace
 {
 /// particles[s] = input point orderToInput[s] in frame coordinates of its cell.

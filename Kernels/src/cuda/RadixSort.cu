@@ -48,9 +48,7 @@ private:
   template <class Op>
   void launch(CudaRun& run, const Op& op)
   {
-    const int n = static_cast<int>(run.count);
-    gridSearch<<<blocksFor(n, gridSearchThreads), gridSearchThreads, 0, run.stream>>>(
-      cells_.table(), cells_.particleRegion(), cells_.orderToInput(), n, test_, op, run.decided);
+    launchGridSearch(run, cells_.table(), cells_.particleRegion(), cells_.orderToInput(), test_, op);
   }
 
   RadixCells cells_;
