@@ -166,6 +166,108 @@ Method parseMethod(const std::string& name)
   std::exit(2);
 }
 
+/// --operations=N: every operation once on N uniform random points (about 80 neighbors, Auto):
+/// Neighbor Count, Density, Shepard smoothing of a 3-component array, SPH smoothing of a scalar.
+/// Prints the device-resident time, the engine's end-to-end time and the extra device bytes per
+/// point of each, and checks that every result is finite and plausible.
+int runEveryOperation(std::int64_t n, Backend backend)
+{
+  const double scene = 90.0 * std::cbrt(double(n) / 4194304.0);
+  std::vector<float> xyz(3 * std::size_t(n));
+  std::vector<float> scalar(static_cast<std::size_t>(n));
+  std::vector<float> vector3(3 * std::size_t(n));
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+  {
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(777 + t);
+      std::uniform_real_distribution<float> u(0.0f, static_cast<float>(scene));
+      for (std::int64_t i = n * t / threads; i < n * (t + 1) / threads; ++i)
+      {
+        for (int a = 0; a < 3; ++a)
+        {
+          xyz[3 * i + a] = u(rng);
+        }
+        scalar[i] = 1.0f + xyz[3 * i] / static_cast<float>(scene);
+        for (int a = 0; a < 3; ++a)
+        {
+          vector3[3 * i + a] = xyz[3 * i + a];
+        }
+      }
+    });
+  }
+  for (auto& thread : pool)
+  {
+    thread.join();
+  }
+  Engine engine;
+  std::vector<std::int32_t> counts;
+  std::vector<float> density, smoothed;
+  const char* names[] = { "Neighbor Count", "Density", "Shepard smoothing, 3 components", "SPH smoothing, 1 component" };
+  for (int k = 0; k < 4; ++k)
+  {
+    Request r;
+    r.points = Points(xyz.data(), n);
+    r.radius = 1.5;
+    r.backend = backend;
+    if (k == 0)
+    {
+      counts.assign(std::size_t(n), -1);
+      r.operation = Operation::NeighborCount;
+      r.neighborCount = counts.data();
+    }
+    else if (k == 1)
+    {
+      density.assign(std::size_t(n), -1.0f);
+      r.operation = Operation::Density;
+      r.density = density.data();
+    }
+    else
+    {
+      r.operation = Operation::Smoothing;
+      r.normalization = k == 2 ? Normalization::Shepard : Normalization::SPH;
+      smoothed.assign(std::size_t(n) * (k == 2 ? 3 : 1), NAN);
+      r.smoothed = { { k == 2 ? vector3.data() : scalar.data(), k == 2 ? 3 : 1, smoothed.data(), "field" } };
+      if (k == 3)
+      {
+        density.assign(std::size_t(n), -1.0f);
+        r.density = density.data();
+      }
+    }
+    try
+    {
+      const auto began = std::chrono::steady_clock::now();
+      const Report report = engine.run(r);
+      const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+      double resident = 0;
+      for (const auto& stage : report.stages)
+      {
+        resident += isDeviceResident(stage.stage) ? stage.milliseconds : 0.0;
+      }
+      // Plausibility: counts near 80, densities positive, smoothed values inside the field's range.
+      std::int64_t bad = 0;
+      double mean = 0;
+      for (std::int64_t i = 0; i < n; ++i)
+      {
+        const double v = k == 0 ? double(counts[i]) : (k == 1 ? double(density[i]) : double(smoothed[std::size_t(i) * (k == 2 ? 3 : 1)]));
+        bad += !std::isfinite(v) || v < 0.0 || (k >= 2 && v > scene + 1.0);
+        mean += v;
+      }
+      std::printf("%s, %lld points, %s: device-resident %.1f ms, end to end %.1f ms, %.1f extra device bytes/point, "
+                  "mean %.3f, %lld implausible values\n",
+        names[k], static_cast<long long>(n), toString(report.method), resident, wall,
+        double(report.extraDeviceBytes) / double(n), mean / double(n), static_cast<long long>(bad));
+    }
+    catch (const Error& error)
+    {
+      std::printf("%s, %lld points: %s\n", names[k], static_cast<long long>(n), error.what());
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -205,6 +307,10 @@ int main(int argc, char** argv)
     {
       backend = Backend::CPU;
       methods = { Method::CountingSort };
+    }
+    else if (a.rfind("--operations=", 0) == 0)
+    {
+      return runEveryOperation(std::atoll(a.c_str() + 13), Backend::Auto);
     }
     else if (a == "--roofline")
     {
