@@ -515,10 +515,10 @@ private:
   /// Auto's rule, fitted to Testing/Benchmarks/results-H100.csv (every row of FENNS Tables 1-3
   /// and CLAWS Tables 1-2 and the scale sweep on an H100; Testing/Benchmarks/RESULTS.md):
   ///  - Counting Sort and Radix Sort share one search and differ in the sort. Below about 1.5M
-  ///    points Counting Sort's atomic counting is the cheaper sort, and so it is where the cells'
-  ///    keys need more than 24 bits (sparse data: Radix Sort sorts more bits and builds a lookup
-  ///    table that cannot be the dense grid); otherwise the radix sort wins (4M dense: 5.22
-  ///    against 5.42 ms).
+  ///    points Counting Sort's atomic counting is the cheaper sort, and so it is on sparse data
+  ///    (fewer than 0.2 points per cell of size R, or keys wider than 64 bits: Radix Sort then
+  ///    sorts many bits for few points per cell); otherwise the radix sort wins (4M dense: 5.22
+  ///    against 5.42 ms), with the least device memory (22.4 bytes per point at 10^9 points).
   ///  - CLAWS on sparse data (below).
   ///  - CLAWS pays off where the baselines' grid is far coarser than R: FENNS Table 2, where they
   ///    are held to the 18^3 grid (NEIGHBORGRID_BASELINE_CELL_SIZE). The model: a baseline costs
@@ -560,7 +560,7 @@ private:
       return Method::CLAWS;
     }
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, coarse);
-    const bool sparse = layout.mode == KeyMode::Wide || layout.bits > 24;
+    const bool sparse = layout.mode == KeyMode::Wide || perCell < 0.2;
     return p.count >= 1500000 && !sparse ? Method::RadixSort : Method::CountingSort;
   }
 
