@@ -44,6 +44,13 @@ inline double cellSizeFor(double radius, int reach)
   return radius / reach * (1.0 + std::ldexp(1.0, -32));
 }
 
+/// Whether an operation reads masses: Density, and smoothing with SPH normalization (m_j / rho_j).
+inline bool operationUsesMass(Operation operation, Normalization normalization)
+{
+  return operation == Operation::Density ||
+    (operation == Operation::Smoothing && normalization == Normalization::SPH);
+}
+
 /// A validated request, with its bounds found.
 struct Problem
 {
@@ -64,11 +71,7 @@ struct Problem
   float* density = nullptr;
   const ProgressReporter* progress = nullptr;
 
-  bool usesMass() const
-  {
-    return operation == Operation::Density ||
-      (operation == Operation::Smoothing && normalization == Normalization::SPH);
-  }
+  bool usesMass() const { return operationUsesMass(operation, normalization); }
   /// The kernel for squared distances in frame units of a grid of cell size `cellSize`.
   KernelParams frameKernel(double cellSize) const
   {

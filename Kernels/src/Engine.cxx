@@ -158,8 +158,7 @@ void validate(const Request& r)
   {
     fail("the kernel dimension must be 2 or 3 (got " + std::to_string(r.dimension) + ")");
   }
-  const bool usesMass = r.operation == Operation::Density ||
-    (r.operation == Operation::Smoothing && r.normalization == Normalization::SPH);
+  const bool usesMass = detail::operationUsesMass(r.operation, r.normalization);
   if (usesMass && !r.mass && !std::isfinite(r.constantMass))
   {
     fail("the constant mass must be finite");
@@ -358,8 +357,7 @@ Report Engine::run(const Request& request)
 {
   validate(request);
   const std::int64_t n = request.points.count;
-  const bool usesMass = request.operation == Operation::Density ||
-    (request.operation == Operation::Smoothing && request.normalization == Normalization::SPH);
+  const bool usesMass = detail::operationUsesMass(request.operation, request.normalization);
   if (usesMass && request.mass)
   {
     checkMass(request.mass, n, impl_->threads);
