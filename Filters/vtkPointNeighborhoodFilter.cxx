@@ -192,6 +192,8 @@ neighborgrid::Method MethodToEngine(int method)
       return neighborgrid::Method::CLAWS;
     case vtkPointNeighborhoodFilter::METHOD_BAYRAKTAR:
       return neighborgrid::Method::Bayraktar;
+    case vtkPointNeighborhoodFilter::METHOD_STAGED_TILES:
+      return neighborgrid::Method::StagedTiles;
     case vtkPointNeighborhoodFilter::METHOD_AUTO:
     default:
       return neighborgrid::Method::Auto;

@@ -84,7 +84,8 @@ public:
     METHOD_FENNS = 3,      // CUDA only
     METHOD_RADIX_SORT = 4, // CUDA only
     METHOD_CLAWS = 5,      // CUDA only
-    METHOD_BAYRAKTAR = 6   // CUDA only
+    METHOD_BAYRAKTAR = 6,  // CUDA only
+    METHOD_STAGED_TILES = 7 // CUDA only
   };
 
   ///@{
@@ -144,7 +145,7 @@ public:
 
   ///@{
   /// Search method, default METHOD_AUTO.
-  vtkSetClampMacro(Method, int, METHOD_AUTO, METHOD_BAYRAKTAR);
+  vtkSetClampMacro(Method, int, METHOD_AUTO, METHOD_STAGED_TILES);
   vtkGetMacro(Method, int);
   ///@}
 

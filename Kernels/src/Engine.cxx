@@ -44,6 +44,8 @@ const char* toString(Method m)
       return "CLAWS";
     case Method::Bayraktar:
       return "Bayraktar";
+    case Method::StagedTiles:
+      return "Staged Tiles";
   }
   return "?";
 }
@@ -149,7 +151,7 @@ void validate(const Request& r)
   }
   if (!validEnum(r.operation, Operation::Smoothing) || !validEnum(r.kernel, Kernel::WendlandC2) ||
     !validEnum(r.normalization, Normalization::SPH) || !validEnum(r.backend, Backend::CPU) ||
-    !validEnum(r.method, Method::Bayraktar) ||
+    !validEnum(r.method, Method::StagedTiles) ||
     !validEnum(r.points.type, ScalarType::Float64))
   {
     fail("an enumeration in the request has an invalid value");
@@ -394,7 +396,7 @@ Report Engine::run(const Request& request)
   }
   if (backend == Backend::CPU &&
     (request.method == Method::FENNS || request.method == Method::RadixSort || request.method == Method::CLAWS ||
-      request.method == Method::Bayraktar))
+      request.method == Method::Bayraktar || request.method == Method::StagedTiles))
   {
     fail(std::string("the method ") + toString(request.method) + " runs on the CUDA backend only (" +
       report.backendReason + "); choose Counting Sort or Brute Force for the CPU");

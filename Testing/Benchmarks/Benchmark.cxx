@@ -43,6 +43,7 @@ struct Scenario
   bool floatOnly = false;      // also every method with the float pair test alone (exactness cost)
   bool outlier = false;        // n - 1 points in [0, scene]^3 and one at (1e6, 1e6, 1e6)
   int runs = 0;                // runs per method when not --runs (0: --runs)
+  int smoothedComponents = 0;  // Smoothing: Shepard smoothing of an array of this many components
 };
 
 /// The rows of FENNS Tables 1-3 and CLAWS Tables 1-2, plus the 4M density row of the issues.
@@ -104,6 +105,18 @@ std::vector<Scenario> scenarios(const std::string& table)
   {
     rows.push_back({ "4M-density", 4194304, 90.0, 1.5, Operation::Density, 0.0, true });
   }
+  if (all || table == "operations")
+  {
+    // The 4M row for each operation: Neighbor Count, Density, Shepard smoothing of 1 and 3 components.
+    rows.push_back({ "4M-count", 4194304, 90.0, 1.5, Operation::NeighborCount });
+    rows.push_back({ "4M-density", 4194304, 90.0, 1.5, Operation::Density });
+    for (int components : { 1, 3 })
+    {
+      Scenario row{ "4M-smoothing-" + std::to_string(components), 4194304, 90.0, 1.5, Operation::Smoothing };
+      row.smoothedComponents = components;
+      rows.push_back(row);
+    }
+  }
   if (all || table == "exactness")
   {
     // What exact pair decisions cost: every method with and without the double-precision band.
@@ -160,6 +173,7 @@ Method parseMethod(const std::string& name)
   if (name == "fenns") return Method::FENNS;
   if (name == "claws") return Method::CLAWS;
   if (name == "bayraktar") return Method::Bayraktar;
+  if (name == "staged-tiles") return Method::StagedTiles;
   if (name == "brute-force") return Method::BruteForce;
   if (name == "auto") return Method::Auto;
   std::fprintf(stderr, "unknown method '%s'\n", name.c_str());
@@ -277,7 +291,7 @@ int main(int argc, char** argv)
   int runs = 21;
   Backend backend = Backend::Auto;
   std::vector<Method> methods{ Method::CountingSort, Method::RadixSort, Method::FENNS, Method::CLAWS, Method::Bayraktar,
-    Method::Auto };
+    Method::StagedTiles, Method::Auto };
   bool roofline = false;
   for (int i = 1; i < argc; ++i)
   {
@@ -319,9 +333,9 @@ int main(int argc, char** argv)
     else
     {
       std::fprintf(stderr,
-        "usage: %s [--table=issue|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|all|smoke]\n"
+        "usage: %s [--table=issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|all|smoke]\n"
         "          [--runs=N] [--csv=FILE]\n"
-        "          [--methods=counting-sort,radix-sort,fenns,claws,bayraktar,brute-force,auto] [--cpu] [--roofline]\n",
+        "          [--methods=counting-sort,radix-sort,fenns,claws,bayraktar,staged-tiles,brute-force,auto] [--cpu] [--roofline]\n",
         argv[0]);
       return 2;
     }
@@ -390,6 +404,20 @@ int main(int argc, char** argv)
     }
     std::vector<float> density(s.n);
     std::vector<std::int32_t> counts(s.n);
+    // Smoothing rows smooth the x (and y, z) coordinates: a smooth field of the points' own.
+    std::vector<float> field, smoothed;
+    if (s.smoothedComponents > 0)
+    {
+      field.resize(std::size_t(s.n) * s.smoothedComponents);
+      smoothed.resize(field.size());
+      for (std::int64_t i = 0; i < s.n; ++i)
+      {
+        for (int c = 0; c < s.smoothedComponents; ++c)
+        {
+          field[std::size_t(i) * s.smoothedComponents + c] = xyz[3 * std::size_t(i) + c];
+        }
+      }
+    }
 
     Request base;
     base.points = Points(xyz.data(), s.n);
@@ -466,6 +494,11 @@ int main(int argc, char** argv)
         entry.request.method = method;
         entry.request.density = density.data();
         entry.request.neighborCount = counts.data();
+        if (s.smoothedComponents > 0)
+        {
+          entry.request.normalization = Normalization::Shepard;
+          entry.request.smoothed = { { field.data(), s.smoothedComponents, smoothed.data(), "field" } };
+        }
         entry.setKnobs();
         try
         {

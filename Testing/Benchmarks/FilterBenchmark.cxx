@@ -55,7 +55,9 @@ int main(int argc, char** argv)
   } methods[] = { { vtkPointNeighborhoodFilter::METHOD_AUTO, "Auto" },
     { vtkPointNeighborhoodFilter::METHOD_COUNTING_SORT, "Counting Sort" },
     { vtkPointNeighborhoodFilter::METHOD_RADIX_SORT, "Radix Sort" },
-    { vtkPointNeighborhoodFilter::METHOD_FENNS, "FENNS" }, { vtkPointNeighborhoodFilter::METHOD_CLAWS, "CLAWS" } };
+    { vtkPointNeighborhoodFilter::METHOD_FENNS, "FENNS" }, { vtkPointNeighborhoodFilter::METHOD_CLAWS, "CLAWS" },
+    { vtkPointNeighborhoodFilter::METHOD_BAYRAKTAR, "Bayraktar" },
+    { vtkPointNeighborhoodFilter::METHOD_STAGED_TILES, "Staged Tiles" } };
   for (const auto& m : methods)
   {
     vtkNew<vtkPointNeighborhoodFilter> filter;

@@ -85,6 +85,7 @@ std::vector<Method> methodsFor(const Scenario& s)
     methods.push_back(Method::RadixSort);
     methods.push_back(Method::CLAWS);
     methods.push_back(Method::Bayraktar);
+    methods.push_back(Method::StagedTiles);
   }
   // The CPU brute force is quadratic: keep CI fast.
   if (backendUnderTest == Backend::CUDA || s.count <= 5000)
@@ -372,7 +373,7 @@ TEST(EngineMethods, GpuOnlyMethodsOnTheCpuGiveAClearError)
 {
   Cloud cloud = ngtest::makeCloud("uniform", 200, 3.0, 14);
   std::vector<float> rho(200, -1.0f);
-  for (Method method : { Method::FENNS, Method::RadixSort, Method::CLAWS, Method::Bayraktar })
+  for (Method method : { Method::FENNS, Method::RadixSort, Method::CLAWS, Method::Bayraktar, Method::StagedTiles })
   {
     Request r = baseRequest(cloud, 0.5, method);
     r.backend = Backend::CPU;
@@ -672,7 +673,8 @@ TEST(EngineGrid, AFarOutlierNextToAMillionPointLattice)
   }
   xyz[3 * i] = xyz[3 * i + 1] = xyz[3 * i + 2] = 1e6;
   for (Method method :
-    { Method::Auto, Method::CountingSort, Method::RadixSort, Method::FENNS, Method::CLAWS, Method::Bayraktar })
+    { Method::Auto, Method::CountingSort, Method::RadixSort, Method::FENNS, Method::CLAWS, Method::Bayraktar,
+      Method::StagedTiles })
   {
     if (backendUnderTest == Backend::CPU && method != Method::Auto && method != Method::CountingSort)
     {

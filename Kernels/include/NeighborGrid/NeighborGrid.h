@@ -53,8 +53,10 @@ enum class Method
   RadixSort,    // cell hashes sorted with a radix sort (Green 2008/2012), 27 cells; CUDA only
   CLAWS,        // FENNS with symmetric pairs, inner/border-first order, merged lookups and
                 // balanced warps (Groß, Köster, Krüger 2020); CUDA only
-  Bayraktar     // a candidate list per cell holding its 27 cells' points (Bayraktar et al. 2009);
+  Bayraktar,    // a candidate list per cell holding its 27 cells' points (Bayraktar et al. 2009);
                 // CUDA only
+  StagedTiles   // the FENNS/CLAWS two-step search on cells of R/2: tiles staged in shared memory,
+                // rows beyond R skipped per point (Kernels/src/cuda/StagedTiles.cu); CUDA only
 };
 
 enum class Operation

@@ -92,6 +92,7 @@ std::unique_ptr<CudaMethod> makeRadixSort(DevicePool& pool);
 std::unique_ptr<CudaMethod> makeBruteForce(DevicePool& pool);
 std::unique_ptr<CudaMethod> makeFenns(DevicePool& pool, bool claws);
 std::unique_ptr<CudaMethod> makeBayraktar(DevicePool& pool);
+std::unique_ptr<CudaMethod> makeStagedTiles(DevicePool& pool);
 
 // --- Device functions shared by the methods ------------------------------------------------------
 #if defined(__CUDACC__)

@@ -1,0 +1,557 @@
+// Staged Tiles: the two-step shared-memory search of FENNS and CLAWS (Groß, Köster, Krüger 2019,
+// 2020), rebuilt around what limits it on a Hopper GPU: the number of candidates each point tests.
+//
+// Kept from the papers:
+//  - step one in global memory: the points are sorted into a grid of cells (here with the radix
+//    sort of RadixCells, keyed by cell coordinates, occupied cells only: CellGrid.h);
+//  - step two in shared memory: one thread block per tile of cells stages the points of its tile
+//    and of the tile's border region (the neighbors within R) into shared memory, and every
+//    neighbor test and kernel evaluation of the tile's points reads them there;
+//  - the fine-grained work inside the block, one thread per point of the tile, each pair test in
+//    float with the exact double decision inside a narrow band (PairTest.h).
+// Changed, and why (measured on an H100, Testing/Benchmarks/RESULTS.md):
+//  - Cells of R / 2 instead of R. A point's neighbors lie within two cells on each axis, and the
+//    5 x 5 x 5 cells around its own hold 125 / 8 = 15.6 R^3 of candidates instead of 27 R^3. On
+//    top of that each point skips the rows of cells that lie beyond R from it and trims each row
+//    to the cells its sphere reaches, so it tests about 2.5 candidates per neighbor instead of 6.6.
+//  - FENNS's coarse cells are sized to fill a block with one cell's points and stage a border of
+//    R around them; here a tile is 4 x 4 x 4 fine cells (2R a side; 2 or 1 when the data are
+//    dense) and the staged region is the tile grown by two fine cells, 8 x 8 x 8 cells: every
+//    point is staged by about eight blocks, so global memory is read about eight times.
+//  - Inside the block the staged points keep the global order (row-major by fine cell), so a
+//    row of five cells is one contiguous range of shared memory: 25 loops per point, no per-cell
+//    lookups. Threads of a warp take neighboring points and so read the same rows (broadcasts).
+//  - No symmetric evaluation (CLAWS): adding each pair's terms to both points needs atomics in
+//    shared memory, and the sums here are compensated (Kahan) in registers, which atomics cannot
+//    keep.
+//  - Tiles are found from the occupied cells (the first occupied cell of each tile leads it), so
+//    a far outlier adds one tile and no empty ones; a huge axis (CellGrid.h) is its own tile.
+//  - A tile whose staged region does not fit in shared memory (a dense cluster) reads its
+//    candidates from global memory instead: slower, never wrong.
+#include "GridSearch.cuh"
+
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
+
+namespace neighborgrid
+{
+namespace detail
+{
+namespace
+{
+
+constexpr int tileThreads = 256;
+constexpr int reach = 2;                                   // neighbors lie within two fine cells
+constexpr int maxTileSide = 4;                             // fine cells per tile and axis
+constexpr int maxStagedSide = maxTileSide + 2 * reach;     // 8
+constexpr int maxStagedCells = maxStagedSide * maxStagedSide * maxStagedSide; // 512
+constexpr int maxOwnCells = maxTileSide * maxTileSide * maxTileSide;          // 64
+static_assert(maxStagedCells == 2 * tileThreads, "the block scan takes two staged cells per thread");
+
+/// What the search kernel reads besides the operation.
+struct TileSearch
+{
+  CellTable fine;                        // cells of R / 2 (with their keys: coordinates())
+  const Particle* particles = nullptr;   // fine-cell order, frame coordinates of their own cell
+  const std::int32_t* orderToInput = nullptr;
+  const std::int32_t* leaders = nullptr; // per tile: its first occupied fine cell
+  int side = maxTileSide;                // fine cells per tile and axis: 1, 2 or 4
+  int capacity = 0;                      // staged points that fit the block's shared memory
+  float cullLimit = 0.0f;                // squared distance (fine-cell units) beyond which a row is skipped
+  PairTest test;
+};
+
+/// The tile of fine cell c: its lowest cell (anchor) and c's place in it. A huge axis
+/// (CellGrid.h) has no neighbors, so its tile is the cell itself.
+__device__ __forceinline__ void tileOf(const double c[3], int side, double anchor[3], int place[3])
+{
+  for (int a = 0; a < 3; ++a)
+  {
+    if (isHugeCell(c[a]))
+    {
+      anchor[a] = c[a];
+      place[a] = 0;
+    }
+    else
+    {
+      anchor[a] = floor(c[a] / side) * side; // exact: side is 1, 2 or 4
+      place[a] = static_cast<int>(c[a] - anchor[a]);
+    }
+  }
+}
+
+/// flags[k] = 1 when occupied fine cell k is the first occupied cell of its tile (row-major).
+__global__ void markTileLeaders(CellTable fine, int side, std::int32_t* __restrict__ flags)
+{
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= fine.cells)
+  {
+    return;
+  }
+  double c[3], anchor[3];
+  int place[3];
+  fine.coordinates(k, c);
+  tileOf(c, side, anchor, place);
+  const int mine = place[0] + side * (place[1] + side * place[2]);
+  int leader = 1;
+  for (int m = 0; m < mine && leader; ++m)
+  {
+    const int at[3] = { m % side, (m / side) % side, m / (side * side) };
+    double other[3];
+    bool exists = true;
+    for (int a = 0; a < 3; ++a)
+    {
+      exists = exists && (at[a] == 0 || !isHugeCell(c[a]));
+      other[a] = anchor[a] + at[a];
+    }
+    if (exists && fine.find(other) >= 0)
+    {
+      leader = 0;
+    }
+  }
+  flags[k] = leader;
+}
+
+__global__ void gatherTileLeaders(const std::int32_t* __restrict__ flags, const std::int32_t* __restrict__ position,
+  int cells, std::int32_t* __restrict__ leaders)
+{
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < cells && flags[k])
+  {
+    leaders[position[k]] = k;
+  }
+}
+
+/// Count and density: pair() reads nothing but its arguments, so it can run for every candidate.
+template <class Op>
+constexpr bool pairReadsNoMemory()
+{
+  return std::is_same<Op, CountOperation>::value || std::is_same<Op, DensityOperation>::value;
+}
+
+/// The last k in [0, count) with start[k] <= value (start ascending, start[0] <= value).
+__device__ __forceinline__ int lastAtMost(const int* start, int count, int value)
+{
+  int lo = 0, hi = count - 1;
+  while (lo < hi)
+  {
+    const int mid = (lo + hi + 1) >> 1;
+    if (start[mid] <= value)
+    {
+      lo = mid;
+    }
+    else
+    {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+/// A particle in the block's frame: its own fine cell's frame moved by that cell's place (x, y, z)
+/// in the staged region; one rounding per axis (PairTest.h, frame span = staged side).
+__device__ __forceinline__ Particle staged(const Particle& p, int x, int y, int z)
+{
+  return Particle{ __fadd_rn(p.x, float(x)), __fadd_rn(p.y, float(y)), __fadd_rn(p.z, float(z)), p.w };
+}
+
+/// Distance from coordinate v to the cells `row` (a cell index along the axis) when row lies
+/// `d` cells away from v's own cell: 0 for the own cell. NaN stays NaN (no culling).
+__device__ __forceinline__ float gapTo(float v, int row, int d)
+{
+  return d > 0 ? __fsub_rn(float(row), v) : (d < 0 ? __fsub_rn(v, float(row + 1)) : 0.0f);
+}
+
+template <class Op>
+__global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, Op op, unsigned long long* decided)
+{
+  extern __shared__ float4 stagedMemory[];
+  Particle* stagedPoints = reinterpret_cast<Particle*>(stagedMemory);
+  std::int32_t* stagedIndex = reinterpret_cast<std::int32_t*>(stagedPoints + g.capacity);
+  __shared__ int cellFirst[maxStagedCells];     // where each staged cell's points start in global order
+  __shared__ int cellStart[maxStagedCells + 1]; // ... and in the staged order
+  __shared__ int ownStart[maxOwnCells + 1];     // the tile's own points, by own cell
+  using BlockScan = cub::BlockScan<int, tileThreads>;
+  __shared__ typename BlockScan::TempStorage scanStorage;
+
+  const int side = g.side;
+  const int S = side + 2 * reach;
+  const int stagedCells = S * S * S;
+  const int ownCells = side * side * side;
+
+  double leader[3], anchor[3];
+  int place[3];
+  g.fine.coordinates(g.leaders[blockIdx.x], leader);
+  tileOf(leader, side, anchor, place);
+
+  // Each staged cell's range in global memory; a block scan places them in shared memory.
+  int counts[2], offsets[2];
+  for (int e = 0; e < 2; ++e)
+  {
+    const int k = 2 * threadIdx.x + e;
+    int first = 0, count = 0;
+    if (k < stagedCells)
+    {
+      double cell[3];
+      if (offsetCell(anchor, k % S - reach, (k / S) % S - reach, k / (S * S) - reach, cell))
+      {
+        const int m = g.fine.find(cell);
+        if (m >= 0)
+        {
+          first = g.fine.start[m];
+          count = g.fine.start[m + 1] - first;
+        }
+      }
+      cellFirst[k] = first;
+    }
+    counts[e] = count;
+  }
+  int stagedTotal = 0;
+  BlockScan(scanStorage).ExclusiveSum(counts, offsets, stagedTotal);
+  for (int e = 0; e < 2; ++e)
+  {
+    const int k = 2 * threadIdx.x + e;
+    if (k < stagedCells)
+    {
+      cellStart[k] = offsets[e];
+    }
+  }
+  if (threadIdx.x == 0)
+  {
+    cellStart[stagedCells] = stagedTotal;
+  }
+  __syncthreads();
+
+  // The tile's own cells (at most 64): one warp scans their counts.
+  if (threadIdx.x < 32)
+  {
+    int own[2] = { 0, 0 };
+    for (int e = 0; e < 2; ++e)
+    {
+      const int m = 2 * threadIdx.x + e;
+      if (m < ownCells)
+      {
+        const int k = (m % side + reach) + S * ((m / side) % side + reach) + S * S * (m / (side * side) + reach);
+        own[e] = cellStart[k + 1] - cellStart[k];
+      }
+    }
+    int inclusive = own[0] + own[1];
+    for (int d = 1; d < 32; d *= 2)
+    {
+      const int other = __shfl_up_sync(0xffffffffu, inclusive, d);
+      if (threadIdx.x >= d)
+      {
+        inclusive += other;
+      }
+    }
+    const int exclusive = inclusive - own[0] - own[1];
+    if (2 * threadIdx.x < ownCells)
+    {
+      ownStart[2 * threadIdx.x] = exclusive;
+    }
+    if (2 * threadIdx.x + 1 < ownCells)
+    {
+      ownStart[2 * threadIdx.x + 1] = exclusive + own[0];
+    }
+    if (threadIdx.x == 31)
+    {
+      ownStart[ownCells] = inclusive;
+    }
+  }
+
+  // Stage the region's points, in the block's frame, beside their global index.
+  const bool fits = stagedTotal <= g.capacity;
+  if (fits)
+  {
+    for (int q = threadIdx.x; q < stagedTotal; q += tileThreads)
+    {
+      const int k = lastAtMost(cellStart, stagedCells, q);
+      const int source = cellFirst[k] + (q - cellStart[k]);
+      stagedPoints[q] = staged(g.particles[source], k % S, (k / S) % S, k / (S * S));
+      stagedIndex[q] = source;
+    }
+  }
+  __syncthreads();
+
+  const int ownTotal = ownStart[ownCells];
+  std::uint32_t* rows = reinterpret_cast<std::uint32_t*>(stagedIndex + g.capacity); // [row][thread]
+  for (int t = threadIdx.x; t < ownTotal; t += tileThreads)
+  {
+    const int m = lastAtMost(ownStart, ownCells, t);
+    const int x = m % side + reach, y = (m / side) % side + reach, z = m / (side * side) + reach;
+    const int k = x + S * (y + S * z);
+    const int si = cellFirst[k] + (t - ownStart[m]);
+    const Particle pi = fits ? stagedPoints[cellStart[k] + (t - ownStart[m])] : staged(g.particles[si], x, y, z);
+    RegisterSums<Op> acc;
+    unsigned decidedHere = 0;
+
+    // The rows of cells (5 along x) that reach within R of the point: skipped when beyond R,
+    // trimmed to the cells the sphere spans; cullLimit carries a margin for the rounding of the
+    // gaps (NaN coordinates, a huge cell: nothing skipped).
+    int rowCount = 0, candidates = 0;
+    for (int dz = -reach; dz <= reach; ++dz)
+    {
+      const float gz = gapTo(pi.z, z + dz, dz);
+      for (int dy = -reach; dy <= reach; ++dy)
+      {
+        const float gy = gapTo(pi.y, y + dy, dy);
+        const float rest = g.cullLimit - (gy * gy + gz * gz);
+        if (rest < 0.0f)
+        {
+          continue;
+        }
+        int first = x - reach, last = x + reach;
+        if (rest == rest && pi.x == pi.x)
+        {
+          const float half = sqrtf(rest) + 1e-4f;
+          first = max(first, __float2int_rd(pi.x - half));
+          last = min(last, __float2int_rd(pi.x + half));
+        }
+        const int row = S * ((y + dy) + S * (z + dz));
+        if (fits)
+        {
+          const int begin = cellStart[row + first], end = cellStart[row + last + 1];
+          if (end > begin)
+          {
+            rows[rowCount * tileThreads + threadIdx.x] = std::uint32_t(begin) | (std::uint32_t(end - begin) << 16);
+            ++rowCount;
+            candidates += end - begin;
+          }
+        }
+        else
+        {
+          for (int cx = first; cx <= last; ++cx)
+          {
+            const int kj = row + cx;
+            const int begin = cellFirst[kj];
+            const int end = begin + (cellStart[kj + 1] - cellStart[kj]);
+            for (int sj = begin; sj < end; ++sj)
+            {
+              const Particle pj = staged(g.particles[sj], cx, y + dy, z + dz);
+              float r2 = squaredDistance(pi, pj);
+              if (isNeighbor(g.test, r2, si, sj, g.orderToInput, decidedHere))
+              {
+                acc.add(op, sj, pj, r2);
+              }
+            }
+          }
+        }
+      }
+    }
+
+    // The rows as one sequence: every thread of a warp tests one candidate per step until its
+    // own run out, so threads with short rows do not wait for threads with long ones. Terms go
+    // to a plain float sum that joins the compensated one every 16 steps.
+    using Value = typename Op::Value;
+    Value partial[Op::Terms];
+    for (int a = 0; a < Op::Terms; ++a)
+    {
+      partial[a] = 0;
+    }
+    auto sweep = [&](auto&& visit) {
+      int r = 0, q = 0, end = 0;
+      for (int chunk = 0; chunk < candidates; chunk += 16)
+      {
+        const int steps = min(16, candidates - chunk);
+        for (int step = 0; step < steps; ++step)
+        {
+          if (q == end)
+          {
+            const std::uint32_t entry = rows[r * tileThreads + threadIdx.x];
+            ++r;
+            q = int(entry & 0xffffu);
+            end = q + int(entry >> 16);
+          }
+          visit(q);
+          ++q;
+        }
+        acc.addTerms(partial);
+        for (int a = 0; a < Op::Terms; ++a)
+        {
+          partial[a] = 0;
+        }
+      }
+    };
+    // First pass: the pairs the float test decides. Count and density evaluate every candidate
+    // without branching (their terms need no memory reads) and keep the neighbors' terms.
+    bool inBand = false;
+    sweep([&](int q) {
+      const Particle pj = stagedPoints[q];
+      const float r2 = squaredDistance(pi, pj);
+      const bool neighbor = r2 < g.test.accept;
+      inBand = inBand || (!neighbor && !(r2 > g.test.reject));
+      Value terms[Op::Terms];
+      if constexpr (pairReadsNoMemory<Op>())
+      {
+        op.pair(terms, 0, pj, r2);
+        for (int a = 0; a < Op::Terms; ++a)
+        {
+          partial[a] += neighbor ? terms[a] : Value(0);
+        }
+      }
+      else if (neighbor)
+      {
+        op.pair(terms, stagedIndex[q], pj, r2);
+        for (int a = 0; a < Op::Terms; ++a)
+        {
+          partial[a] += terms[a];
+        }
+      }
+    });
+    // Second pass, rare (about one point in 50 at 80 neighbors): the pairs within rounding of R,
+    // decided in double from the input coordinates (PairTest.h).
+    if (inBand)
+    {
+      sweep([&](int q) {
+        const Particle pj = stagedPoints[q];
+        float r2 = squaredDistance(pi, pj);
+        if (!(r2 < g.test.accept) && !(r2 > g.test.reject))
+        {
+          ++decidedHere;
+          const int sj = stagedIndex[q];
+          if (g.test.exact(g.orderToInput[si], g.orderToInput[sj], r2))
+          {
+            Value terms[Op::Terms];
+            op.pair(terms, sj, pj, r2);
+            for (int a = 0; a < Op::Terms; ++a)
+            {
+              partial[a] += terms[a];
+            }
+          }
+        }
+      });
+    }
+    acc.addTerms(partial);
+    acc.finish(op, si, g.orderToInput[si]);
+    addDecided(decided, decidedHere);
+  }
+}
+
+/// Shared memory per staged point: the particle and its global index.
+constexpr int stagedPointBytes = int(sizeof(Particle) + sizeof(std::int32_t));
+/// Shared memory for the row lists: 25 rows of (start, length) per thread.
+constexpr int rowListBytes = (2 * reach + 1) * (2 * reach + 1) * tileThreads * 4;
+
+class StagedTiles final : public CudaMethod
+{
+public:
+  explicit StagedTiles(DevicePool& pool)
+    : cells_(pool), flags_(pool), position_(pool), leaders_(pool), scratch_(pool)
+  {
+  }
+  Method id() const override { return Method::StagedTiles; }
+
+  std::int64_t plannedBytes(const CudaRun& run) const override
+  {
+    const Problem& p = *run.problem;
+    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSizeFor(p.radius, reach));
+    const std::int64_t cells = cellCapacity(run.count, layout);
+    // Leader flags, their positions and the leaders: at most three words per occupied cell.
+    return RadixCells::plannedBytes(run.count, layout, true) + 12 * (cells + 1) + (std::int64_t(8) << 20);
+  }
+
+  void sort(CudaRun& run) override
+  {
+    const Problem& p = *run.problem;
+    const int n = static_cast<int>(run.count);
+    cellSize_ = cellSizeFor(p.radius, reach);
+    cells_.build(run, makeKeyLayout(p.lo, p.hi, cellSize_), cellSize_, true);
+    particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(
+      run.input, cells_.orderToInput(), n, cellSize_, 1.0 / cellSize_, cells_.particleRegion());
+    NG_CUDA_CHECK_LAUNCH("particlesInOrder");
+    const CellTable& fine = cells_.table();
+    const int cells = fine.cells;
+
+    // Tiles as large as shared memory allows for the data's points per occupied cell.
+    const double perCell = double(n) / std::max(1, cells);
+    // Row lists pack a staged position and a length in 16 bits each.
+    const int maxCapacity = std::min(65535, (run.device->sharedMemoryPerBlock - staticSharedBytes - rowListBytes) / stagedPointBytes);
+    side_ = maxTileSide;
+    while (side_ > 1 && perCell * std::pow(side_ + 2 * reach, 3) > 0.5 * maxCapacity)
+    {
+      side_ /= 2;
+    }
+    const double expected = perCell * std::pow(side_ + 2 * reach, 3);
+    capacity_ = static_cast<int>(std::min<double>(maxCapacity, std::ceil((1.25 * expected + 128) / 64) * 64));
+
+    std::int32_t* flags = flags_.ensure(std::size_t(cells) + 1, "tile leader flags");
+    std::int32_t* position = position_.ensure(std::size_t(cells) + 1, "tile leader positions");
+    NG_CUDA_CHECK(cudaMemsetAsync(flags + cells, 0, sizeof(std::int32_t), run.stream), "tile leader flags");
+    markTileLeaders<<<blocksFor(cells), 256, 0, run.stream>>>(fine, side_, flags);
+    NG_CUDA_CHECK_LAUNCH("markTileLeaders");
+    std::size_t scanBytes = 0;
+    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, flags, position, cells + 1, run.stream),
+      "sizing the tile scan");
+    void* temp = scratch_.ensure(scanBytes, "tile scan scratch");
+    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scanBytes, flags, position, cells + 1, run.stream),
+      "scanning tile leaders");
+    int* tilesHost = tilesHost_.ensure(1, "tile count (pinned host memory)");
+    NG_CUDA_CHECK(cudaMemcpyAsync(tilesHost, position + cells, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
+      "reading the tile count");
+    std::int32_t* leaders = leaders_.ensure(std::size_t(std::max(1, cells)), "tile leaders");
+    gatherTileLeaders<<<blocksFor(cells), 256, 0, run.stream>>>(flags, position, cells, leaders);
+    NG_CUDA_CHECK_LAUNCH("gatherTileLeaders");
+    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "finding the tiles");
+    tiles_ = *tilesHost;
+
+    search_ = TileSearch{};
+    search_.fine = fine;
+    search_.particles = cells_.particleRegion();
+    search_.orderToInput = cells_.orderToInput();
+    search_.leaders = leaders;
+    search_.side = side_;
+    search_.capacity = capacity_;
+    const double rho = p.radius / cellSize_;
+    search_.cullLimit = static_cast<float>(rho * rho * (1.0 + 1e-4) + 1e-4);
+    search_.test = makePairTest(p.radius, cellSize_, double(side_ + 2 * reach), run.input);
+  }
+  double cellSize() const override { return cellSize_; }
+  Particle* particles() override { return cells_.particleRegion(); }
+  const std::int32_t* orderToInput() const override { return cells_.orderToInput(); }
+  std::int64_t heldBytes() const override
+  {
+    return cells_.heldBytes() +
+      std::int64_t(flags_.bytes() + position_.bytes() + leaders_.bytes() + scratch_.bytes());
+  }
+
+  NEIGHBORGRID_SEARCHES_BY(launch)
+
+private:
+  // cellFirst, cellStart, ownStart and the block scan's storage, rounded up.
+  static constexpr int staticSharedBytes = 8192;
+
+  template <class Op>
+  void launch(CudaRun& run, const Op& op)
+  {
+    if (tiles_ == 0)
+    {
+      return;
+    }
+    const std::size_t bytes = std::size_t(capacity_) * stagedPointBytes + rowListBytes;
+    NG_CUDA_CHECK(cudaFuncSetAttribute(stagedTilesSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+      "allowing the staged tiles' shared memory");
+    stagedTilesSearch<<<tiles_, tileThreads, bytes, run.stream>>>(search_, op, run.decided);
+  }
+
+  RadixCells cells_;
+  DeviceBuffer<std::int32_t> flags_;
+  DeviceBuffer<std::int32_t> position_;
+  DeviceBuffer<std::int32_t> leaders_;
+  DeviceBuffer<unsigned char> scratch_;
+  PinnedBuffer<int> tilesHost_;
+  TileSearch search_;
+  double cellSize_ = 1.0;
+  int side_ = maxTileSide;
+  int capacity_ = 0;
+  int tiles_ = 0;
+};
+
+} // namespace
+
+std::unique_ptr<CudaMethod> makeStagedTiles(DevicePool& pool)
+{
+  return std::make_unique<StagedTiles>(pool);
+}
+
+} // namespace detail
+} // namespace neighborgrid
