@@ -51,11 +51,46 @@ inline bool operationUsesMass(Operation operation, Normalization normalization)
     (operation == Operation::Smoothing && normalization == Normalization::SPH);
 }
 
+/// Where results are wanted when they are not the particles themselves (Request::source set):
+/// explicit points, or a grid generated where it is used.
+struct QuerySet
+{
+  bool separate = false;   // false: the queries are the particles (input)
+  bool isGrid = false;
+  Points points;           // explicit queries (caller's coordinates, already checked finite)
+  QueryGrid grid;
+  std::int64_t count = 0;
+
+  /// Query q's coordinates in double, exactly as the caller's point or vtkImageData's point.
+  void get(std::int64_t q, double x[3]) const
+  {
+    if (isGrid)
+    {
+      const std::int64_t ijk[3] = { q % grid.dimensions[0], (q / grid.dimensions[0]) % grid.dimensions[1],
+        q / (grid.dimensions[0] * grid.dimensions[1]) };
+      for (int a = 0; a < 3; ++a)
+      {
+        x[a] = gridCoordinate(grid.origin[a], ijk[a], grid.spacing[a]);
+      }
+    }
+    else if (points.type == ScalarType::Float32)
+    {
+      const float* p = static_cast<const float*>(points.xyz) + 3 * q;
+      x[0] = p[0], x[1] = p[1], x[2] = p[2];
+    }
+    else
+    {
+      const double* p = static_cast<const double*>(points.xyz) + 3 * q;
+      x[0] = p[0], x[1] = p[1], x[2] = p[2];
+    }
+  }
+};
+
 /// A validated request, with its bounds found.
 struct Problem
 {
-  std::int64_t count = 0;
-  Points input;                // the caller's coordinates
+  std::int64_t count = 0;      // particles (the sources)
+  Points input;                // the caller's coordinates of the particles
   double lo[3] = { 0, 0, 0 };  // bounds of the coordinates (double)
   double hi[3] = { 0, 0, 0 };
   double radius = 0.0;
@@ -69,7 +104,13 @@ struct Problem
   Normalization normalization = Normalization::Shepard;
   std::int32_t* neighborCount = nullptr;
   float* density = nullptr;
+  std::uint8_t* valid = nullptr;
+  float nullValue = 0.0f;
+  QuerySet queries;
   const ProgressReporter* progress = nullptr;
+
+  /// Entries per output array: one per query.
+  std::int64_t resultCount() const { return queries.separate ? queries.count : count; }
 
   bool usesMass() const { return operationUsesMass(operation, normalization); }
   /// The kernel for squared distances in frame units of a grid of cell size `cellSize`.
@@ -119,6 +160,10 @@ inline int searchPassCount(const Problem& p)
     return 1;
   }
   int passes = p.normalization == Normalization::SPH ? 1 : 0;
+  if (p.queries.separate && p.normalization == Normalization::SPH && p.density)
+  {
+    ++passes; // the density at the queries as well as at the sources
+  }
   for (const auto& array : *p.smoothed)
   {
     passes += (array.components + maxComponentsPerPass - 1) / maxComponentsPerPass;

@@ -117,12 +117,13 @@ public:
     return gathered_.data();
   }
   float* smoothingOutput(std::size_t array) { return (*problem_->smoothed)[array].output; }
+  std::uint8_t* validOutput() { return problem_->valid; }
   void finishOutputs()
   {
     if (problem_->operation == Operation::NeighborCount)
     {
       std::int64_t pairs = 0;
-      for (std::int64_t i = 0; i < problem_->count; ++i)
+      for (std::int64_t i = 0; i < problem_->resultCount(); ++i)
       {
         pairs += problem_->neighborCount[i];
       }
@@ -145,6 +146,96 @@ public:
     {
       searchCells(op, stage, from, to, decided);
     }
+    decidedInDouble_ += decided.load();
+    addStage(*report_, stage, timer.milliseconds());
+  }
+
+  /// Every query (Problem::queries) against the particles: the 27 cells of size R around the
+  /// query's own cell (or every particle, Brute Force).
+  template <class Op>
+  void searchQueries(const Op& op, const char* stage)
+  {
+    Timer timer;
+    const double from = nextProgress();
+    const double to = from + 1.0 / progressSteps_;
+    std::atomic<std::int64_t> decided{ 0 };
+    const QuerySet& queries = problem_->queries;
+    const Particle* particles = ordered_.data();
+    const PairTest test = pairTest_;
+    const double inverse = 1.0 / cellSize_;
+    const bool brute = method_ == Method::BruteForce;
+    const std::int64_t grain = brute ? 16 : 1024;
+    parallelFor(threads_, queries.count, grain, problem_->progress, from, to, stage,
+      [&](std::int64_t begin, std::int64_t end) {
+        std::int64_t decidedHere = 0;
+        for (std::int64_t q = begin; q < end; ++q)
+        {
+          double x[3];
+          queries.get(q, x);
+          RegisterSums<Op> acc;
+          if (brute)
+          {
+            const double* p = inputDouble_.data();
+            for (std::int64_t j = 0; j < problem_->count; ++j)
+            {
+              const double r2 = exactSquaredDistance(x[0], x[1], x[2], p[3 * j], p[3 * j + 1], p[3 * j + 2]);
+              if (r2 <= test.radiusSquared)
+              {
+                acc.add(op, static_cast<int>(j), particles[j], static_cast<float>(r2 * test.frameScale));
+              }
+            }
+            acc.finish(op, static_cast<int>(q), static_cast<int>(q));
+            continue;
+          }
+          double c[3];
+          float f[3];
+          for (int a = 0; a < 3; ++a)
+          {
+            c[a] = cellCoordinate(x[a], cellSize_);
+            f[a] = frameCoordinate(x[a], c[a], cellSize_, inverse);
+          }
+          for (int dz = -1; dz <= 1; ++dz)
+          {
+            for (int dy = -1; dy <= 1; ++dy)
+            {
+              for (int dx = -1; dx <= 1; ++dx)
+              {
+                double neighbor[3];
+                if (!offsetCell(c, dx, dy, dz, neighbor))
+                {
+                  continue;
+                }
+                const int cell = lookup_.find(layout_, neighbor);
+                if (cell < 0)
+                {
+                  continue;
+                }
+                const Particle pq{ f[0] - float(dx), f[1] - float(dy), f[2] - float(dz), 0.0f };
+                for (std::int64_t j = cellStart_[cell]; j < cellStart_[cell + 1]; ++j)
+                {
+                  float r2 = squaredDistance(pq, particles[j]);
+                  const int verdict = test.classify(r2);
+                  if (verdict == 0)
+                  {
+                    continue;
+                  }
+                  if (verdict < 0)
+                  {
+                    ++decidedHere;
+                    if (!test.exactQuery(x, orderToInput_[j], r2))
+                    {
+                      continue;
+                    }
+                  }
+                  acc.add(op, static_cast<int>(j), particles[j], r2);
+                }
+              }
+            }
+          }
+          acc.finish(op, static_cast<int>(q), static_cast<int>(q));
+        }
+        decided += decidedHere;
+      });
     decidedInDouble_ += decided.load();
     addStage(*report_, stage, timer.milliseconds());
   }

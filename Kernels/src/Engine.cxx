@@ -116,24 +116,75 @@ bool validEnum(Enum e, Enum last)
   return static_cast<int>(e) >= 0 && static_cast<int>(e) <= static_cast<int>(last);
 }
 
+bool hasSource(const Request& r)
+{
+  return r.source.xyz || r.source.count || !r.queryGrid.empty();
+}
+
 void validate(const Request& r)
 {
-  if (r.source.xyz || r.source.count)
+  constexpr std::int64_t maxPoints = std::numeric_limits<std::int32_t>::max() - 1;
+  const bool separate = hasSource(r);
+  const Points& particles = separate ? r.source : r.points;
+  const char* particleName = separate ? "source" : "input";
+  if (particles.count <= 0)
   {
-    fail("a separate source point set is not supported yet; leave Request::source empty");
+    fail(std::string("the ") + particleName + " has no points");
   }
-  if (r.points.count <= 0)
+  if (!particles.xyz)
   {
-    fail("the input has no points");
+    fail(std::string("the ") + particleName + " points have a count but no coordinates");
   }
-  if (!r.points.xyz)
+  if (particles.count > maxPoints)
   {
-    fail("Request::points has a count but no coordinates");
+    fail(std::string("more than 2^31 - 2 ") + particleName + " points in one request is not supported (got " +
+      std::to_string(particles.count) + ")");
   }
-  if (r.points.count >= std::numeric_limits<std::int32_t>::max())
+  if (separate)
   {
-    fail("more than 2^31 - 2 points in one request is not supported (got " +
-      std::to_string(r.points.count) + ")");
+    const bool grid = !r.queryGrid.empty();
+    if (grid && (r.points.count || r.points.xyz))
+    {
+      fail("give the queries either as points or as a grid (Request::queryGrid), not both");
+    }
+    if (!grid && r.points.count <= 0)
+    {
+      fail("there are no query points");
+    }
+    if (!grid && !r.points.xyz)
+    {
+      fail("the query points have a count but no coordinates");
+    }
+    if (grid)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        if (r.queryGrid.dimensions[a] < 1)
+        {
+          fail("every dimension of the query grid must be at least 1 (got " +
+            std::to_string(r.queryGrid.dimensions[0]) + " x " + std::to_string(r.queryGrid.dimensions[1]) + " x " +
+            std::to_string(r.queryGrid.dimensions[2]) + ")");
+        }
+        if (!std::isfinite(r.queryGrid.origin[a]) || !std::isfinite(r.queryGrid.spacing[a]))
+        {
+          fail("the query grid's origin and spacing must be finite");
+        }
+      }
+    }
+    const double queries = grid ? double(r.queryGrid.dimensions[0]) * double(r.queryGrid.dimensions[1]) *
+        double(r.queryGrid.dimensions[2])
+                                : double(r.points.count);
+    if (queries > double(maxPoints))
+    {
+      std::ostringstream s;
+      s << "more than 2^31 - 2 query points in one request is not supported (got " << queries << ")";
+      fail(s.str());
+    }
+  }
+  else if (r.valid)
+  {
+    fail("Request::valid is for queries with a separate source; every point of a single set has itself as "
+         "a source");
   }
   if (!(std::isfinite(r.radius) && r.radius > 0.0))
   {
@@ -152,7 +203,7 @@ void validate(const Request& r)
   if (!validEnum(r.operation, Operation::Smoothing) || !validEnum(r.kernel, Kernel::WendlandC2) ||
     !validEnum(r.normalization, Normalization::SPH) || !validEnum(r.backend, Backend::CPU) ||
     !validEnum(r.method, Method::StagedTiles) ||
-    !validEnum(r.points.type, ScalarType::Float64))
+    !validEnum(r.points.type, ScalarType::Float64) || !validEnum(r.source.type, ScalarType::Float64))
   {
     fail("an enumeration in the request has an invalid value");
   }
@@ -358,7 +409,9 @@ bool Engine::cudaAvailable(std::string* why)
 Report Engine::run(const Request& request)
 {
   validate(request);
-  const std::int64_t n = request.points.count;
+  const bool separate = hasSource(request);
+  const Points& particles = separate ? request.source : request.points;
+  const std::int64_t n = particles.count;
   const bool usesMass = detail::operationUsesMass(request.operation, request.normalization);
   if (usesMass && request.mass)
   {
@@ -425,7 +478,37 @@ Report Engine::run(const Request& request)
   progress(0.0, "prepare");
   detail::Problem problem;
   problem.count = n;
-  problem.input = request.points;
+  problem.input = particles;
+  problem.valid = request.valid;
+  problem.nullValue = request.nullValue;
+  if (separate)
+  {
+    detail::QuerySet& q = problem.queries;
+    q.separate = true;
+    q.isGrid = !request.queryGrid.empty();
+    q.points = request.points;
+    q.grid = request.queryGrid;
+    q.count = q.isGrid ? request.queryGrid.count() : request.points.count;
+    if (!q.isGrid)
+    {
+      // Query coordinates must be finite too; the message names the query point.
+      try
+      {
+        double lo[3], hi[3];
+        detail::findBoundsOnHost(request.points, impl_->threads, lo, hi);
+      }
+      catch (const Error& error)
+      {
+        std::string message = error.what();
+        const std::string prefix = "NeighborGrid: point";
+        if (message.compare(0, prefix.size(), prefix) == 0)
+        {
+          message = "NeighborGrid: query point" + message.substr(prefix.size());
+        }
+        throw Error(message);
+      }
+    }
+  }
   problem.radius = request.radius;
   problem.operation = request.operation;
   problem.method = request.method; // the backend resolves Auto
@@ -443,7 +526,7 @@ Report Engine::run(const Request& request)
   try
   {
     detail::Timer timer;
-    implementation->prepareCoordinates(request.points, impl_->threads, problem);
+    implementation->prepareCoordinates(particles, impl_->threads, problem);
     detail::addStage(report, "coordinates", timer.milliseconds());
     implementation->run(problem, report);
   }

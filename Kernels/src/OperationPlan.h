@@ -21,6 +21,9 @@ namespace detail
 ///   const float* gatherValues(size_t array, int first, int count)   values in the method's order
 ///   float* smoothingOutput(size_t array)                 input order, all components
 ///   template <class Op> void search(const Op&, const char* stage)
+///   With separate queries (Problem::queries), in addition:
+///   template <class Op> void searchQueries(const Op&, const char* stage)   over the queries
+///   std::uint8_t* validOutput()                          query order, null when not wanted
 ///   void finishOutputs()                                 e.g. download
 enum class WeightMode
 {
@@ -41,9 +44,118 @@ void smoothComponents(Executor& ex, const Problem& p, std::size_t array, int fir
   ex.search(op, "smoothing");
 }
 
+template <int Components, class Executor>
+void smoothQueryComponents(Executor& ex, const Problem& p, std::size_t array, int first, bool shepard)
+{
+  QueryOperation<SmoothingOperation<Components>> query;
+  SmoothingOperation<Components>& op = query.op;
+  op.kernel = ex.kernel();
+  op.values = ex.gatherValues(array, first, Components);
+  op.shepard = shepard;
+  op.output = ex.smoothingOutput(array);
+  op.outputStride = (*p.smoothed)[array].components;
+  op.firstComponent = first;
+  query.valid = ex.validOutput();
+  query.nullValue = p.nullValue;
+  ex.searchQueries(query, "smoothing");
+}
+
+/// Each array's components in passes of at most maxComponentsPerPass.
+template <class Smooth>
+void forEachComponentPass(const Problem& p, Smooth smooth)
+{
+  for (std::size_t a = 0; a < p.smoothed->size(); ++a)
+  {
+    const int components = (*p.smoothed)[a].components;
+    for (int first = 0; first < components; first += maxComponentsPerPass)
+    {
+      smooth(a, first, std::min(maxComponentsPerPass, components - first));
+    }
+  }
+}
+
+/// The passes when the queries are not the particles: results per query, neighbors among the
+/// particles (the sources). SPH smoothing first needs the density at every source, computed by
+/// the method's own search over the sources.
+template <class Executor>
+void runQueryOperation(Executor& ex, const Problem& p)
+{
+  switch (p.operation)
+  {
+    case Operation::NeighborCount:
+    {
+      ex.setWeights(WeightMode::One);
+      QueryOperation<CountOperation> query;
+      query.op.output = ex.countOutput();
+      query.valid = ex.validOutput();
+      ex.searchQueries(query, "search");
+      break;
+    }
+    case Operation::Density:
+    {
+      ex.setWeights(WeightMode::Mass);
+      QueryOperation<DensityOperation> query;
+      query.op.kernel = ex.kernel();
+      query.op.output = ex.densityOutput();
+      query.valid = ex.validOutput();
+      ex.searchQueries(query, "search");
+      break;
+    }
+    case Operation::Smoothing:
+    {
+      const bool shepard = p.normalization == Normalization::Shepard;
+      if (shepard)
+      {
+        ex.setWeights(WeightMode::One);
+      }
+      else
+      {
+        ex.setWeights(WeightMode::Mass);
+        if (float* queryDensity = ex.densityOutput())
+        {
+          QueryOperation<DensityOperation> query;
+          query.op.kernel = ex.kernel();
+          query.op.output = queryDensity;
+          query.valid = ex.validOutput();
+          ex.searchQueries(query, "density");
+        }
+        DensityOperation sourceDensity;
+        sourceDensity.kernel = ex.kernel();
+        sourceDensity.orderedOutput = ex.orderedDensity();
+        ex.search(sourceDensity, "source density");
+        ex.divideWeightsByDensity(sourceDensity.orderedOutput);
+      }
+      forEachComponentPass(p, [&](std::size_t a, int first, int count) {
+        switch (count)
+        {
+          case 1:
+            smoothQueryComponents<1>(ex, p, a, first, shepard);
+            break;
+          case 2:
+            smoothQueryComponents<2>(ex, p, a, first, shepard);
+            break;
+          case 3:
+            smoothQueryComponents<3>(ex, p, a, first, shepard);
+            break;
+          default:
+            smoothQueryComponents<4>(ex, p, a, first, shepard);
+            break;
+        }
+      });
+      break;
+    }
+  }
+  ex.finishOutputs();
+}
+
 template <class Executor>
 void runOperation(Executor& ex, const Problem& p)
 {
+  if (p.queries.separate)
+  {
+    runQueryOperation(ex, p);
+    return;
+  }
   switch (p.operation)
   {
     case Operation::NeighborCount:

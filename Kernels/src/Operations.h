@@ -23,6 +23,7 @@ struct CountOperation
 {
   using Value = std::int32_t; // an int: counts stay exact past 2^24
   static constexpr int Terms = 1;
+  static constexpr bool smooths = false;
   std::int32_t* output = nullptr; // input order
 
   NG_HD void pair(Value (&t)[Terms], int /*j*/, const Particle& /*pj*/, float /*r2*/) const { t[0] = 1; }
@@ -37,6 +38,7 @@ struct DensityOperation
 {
   using Value = float;
   static constexpr int Terms = 1;
+  static constexpr bool smooths = false;
   KernelParams kernel;
   float* output = nullptr;        // input order, optional
   float* orderedOutput = nullptr; // the method's order, optional (SPH smoothing reads it)
@@ -66,6 +68,7 @@ struct SmoothingOperation
 {
   using Value = float;
   static constexpr int Terms = Components + 1;
+  static constexpr bool smooths = true;
   KernelParams kernel;
   const float* values = nullptr; // the method's order, Components per point
   bool shepard = true;
@@ -86,12 +89,84 @@ struct SmoothingOperation
   }
   NG_HD void finish(const Value (&sum)[Terms], int /*i*/, int inputIndex) const
   {
-    // The sum includes j = i with W(0) > 0, so the Shepard weight is never zero.
+    // With the particles as queries the sum includes j = i with W(0) > 0; a separate query's
+    // weights may all be zero (QueryOperation): its result is then the null value.
     const float scale = shepard ? 1.0f / sum[Components] : 1.0f;
     float* out = output + static_cast<std::int64_t>(inputIndex) * outputStride + firstComponent;
     for (int c = 0; c < Components; ++c)
     {
       out[c] = sum[c] * scale;
+    }
+  }
+  NG_HD void finishNull(int inputIndex, float nullValue) const
+  {
+    float* out = output + static_cast<std::int64_t>(inputIndex) * outputStride + firstComponent;
+    for (int c = 0; c < Components; ++c)
+    {
+      out[c] = nullValue;
+    }
+  }
+};
+
+/// An operation at query points whose neighbors are the source points (Request::source): the
+/// operation's terms plus one term counting the neighbors, which says whether the query is valid.
+/// The count is not reduced by one: a query is not a source. A query with no neighbor, or whose
+/// Shepard weights sum to zero, gets the null value for smoothing (count and density are 0).
+template <class Op>
+struct QueryOperation
+{
+  using Value = typename Op::Value;
+  static constexpr bool isCount = std::is_same<Op, CountOperation>::value;
+  static constexpr int Terms = isCount ? 1 : Op::Terms + 1;
+  static constexpr bool smooths = Op::smooths;
+  Op op;
+  std::uint8_t* valid = nullptr; // query order, optional
+  float nullValue = 0.0f;
+
+  NG_HD void pair(Value (&t)[Terms], int j, const Particle& pj, float r2) const
+  {
+    if constexpr (isCount)
+    {
+      t[0] = 1;
+    }
+    else
+    {
+      Value inner[Op::Terms];
+      op.pair(inner, j, pj, r2);
+      for (int k = 0; k < Op::Terms; ++k)
+      {
+        t[k] = inner[k];
+      }
+      t[Op::Terms] = 1;
+    }
+  }
+  NG_HD void finish(const Value (&sum)[Terms], int i, int query) const
+  {
+    const bool any = sum[Terms - 1] > Value(0);
+    if (valid)
+    {
+      valid[query] = any ? 1 : 0;
+    }
+    if constexpr (isCount)
+    {
+      op.output[query] = sum[0];
+    }
+    else
+    {
+      Value inner[Op::Terms];
+      for (int k = 0; k < Op::Terms; ++k)
+      {
+        inner[k] = sum[k];
+      }
+      if constexpr (Op::smooths)
+      {
+        if (!any || (op.shepard && !(inner[Op::Terms - 1] > Value(0))))
+        {
+          op.finishNull(query, nullValue);
+          return;
+        }
+      }
+      op.finish(inner, i, query);
     }
   }
 };

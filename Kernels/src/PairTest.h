@@ -44,6 +44,17 @@ NG_HD double exactSquaredDistance(double ax, double ay, double az, double bx, do
 #endif
 }
 
+/// Coordinate of grid index i: origin + i * spacing, rounded twice (as vtkImageData computes it),
+/// never fused.
+NG_HD double gridCoordinate(double origin, std::int64_t i, double spacing)
+{
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(origin, __dmul_rn(double(i), spacing));
+#else
+  return origin + double(i) * spacing;
+#endif
+}
+
 /// The caller's coordinates, float or double, interleaved x, y, z, in input order.
 struct InputPoints
 {
@@ -87,6 +98,15 @@ struct PairTest
     points.get(i, ax, ay, az);
     points.get(j, bx, by, bz);
     const double r2 = exactSquaredDistance(ax, ay, az, bx, by, bz);
+    r2f = static_cast<float>(r2 * frameScale);
+    return r2 <= radiusSquared;
+  }
+  /// The double decision between a query at q (input units) and source input index j.
+  NG_HD bool exactQuery(const double q[3], std::int64_t j, float& r2f) const
+  {
+    double bx, by, bz;
+    points.get(j, bx, by, bz);
+    const double r2 = exactSquaredDistance(q[0], q[1], q[2], bx, by, bz);
     r2f = static_cast<float>(r2 * frameScale);
     return r2 <= radiusSquared;
   }

@@ -350,9 +350,6 @@ TEST_F(EngineErrors, RejectsMissingOutputsAndArrays)
   r = request();
   r.dimension = 4;
   expectError(r, "dimension");
-  r = request();
-  r.source = cloud.points();
-  expectError(r, "source");
 }
 
 TEST_F(EngineErrors, AbortFromProgressCallbackStopsTheRun)
@@ -897,6 +894,405 @@ TEST(EngineReuse, BuffersAreReusedAcrossDifferentSizes)
       ASSERT_EQ(counts[i], ref.certain[i]) << "n = " << n << ", point " << i;
     }
   }
+}
+
+// --- Separate queries (Request::source): results at other points ------------------------------
+/// Queries and their double-precision reference against a source cloud: counts (no self
+/// exclusion), density, Shepard and SPH smoothing (rho_j at the sources from the sources), and
+/// whether any source lies within R.
+struct QueryCase
+{
+  std::string name;
+  Cloud source;
+  double radius = 1.0;
+  bool grid = false;
+  QueryGrid queryGrid;
+  std::vector<double> xyz;     // the queries as the reference sees them
+  std::vector<float> xyzFloat; // as the engine gets them when asFloat
+  bool asFloat = false;
+
+  std::int64_t count() const { return grid ? queryGrid.count() : std::int64_t(xyz.size() / 3); }
+  void query(std::int64_t q, double x[3]) const
+  {
+    if (grid)
+    {
+      const std::int64_t ijk[3] = { q % queryGrid.dimensions[0], (q / queryGrid.dimensions[0]) % queryGrid.dimensions[1],
+        q / (queryGrid.dimensions[0] * queryGrid.dimensions[1]) };
+      for (int a = 0; a < 3; ++a)
+      {
+        x[a] = queryGrid.origin[a] + double(ijk[a]) * queryGrid.spacing[a];
+      }
+    }
+    else
+    {
+      std::copy(xyz.begin() + 3 * q, xyz.begin() + 3 * q + 3, x);
+    }
+  }
+  void setQueries(Request& r) const
+  {
+    r.source = source.points();
+    if (grid)
+    {
+      r.queryGrid = queryGrid;
+    }
+    else
+    {
+      r.points = asFloat ? Points(xyzFloat.data(), count()) : Points(xyz.data(), count());
+    }
+  }
+};
+
+struct QueryReference
+{
+  std::vector<std::int32_t> count;
+  std::vector<std::vector<std::int32_t>> neighbors;
+  std::vector<std::vector<double>> distance;
+
+  QueryReference(const QueryCase& c)
+  {
+    const std::int64_t m = c.count(), n = c.source.size();
+    count.assign(m, 0);
+    neighbors.resize(m);
+    distance.resize(m);
+    for (std::int64_t q = 0; q < m; ++q)
+    {
+      double x[3];
+      c.query(q, x);
+      for (std::int64_t j = 0; j < n; ++j)
+      {
+        const double* y = &c.source.xyz[3 * j];
+        if (withinRadius(x, y, c.radius))
+        {
+          const double dx = x[0] - y[0], dy = x[1] - y[1], dz = x[2] - y[2];
+          neighbors[q].push_back(static_cast<std::int32_t>(j));
+          distance[q].push_back(std::min(c.radius, std::sqrt(dx * dx + dy * dy + dz * dz)));
+          ++count[q];
+        }
+      }
+    }
+  }
+  std::vector<double> density(const QueryCase& c, Kernel k) const
+  {
+    std::vector<double> rho(count.size(), 0.0);
+    for (std::size_t q = 0; q < count.size(); ++q)
+    {
+      for (std::size_t p = 0; p < neighbors[q].size(); ++p)
+      {
+        rho[q] += double(c.source.mass[neighbors[q][p]]) * kernelValue(k, c.source.dimension, c.radius, distance[q][p]);
+      }
+    }
+    return rho;
+  }
+  /// The scale of a query density's float rounding: sum_j m_j W(0). Unlike a particle's own
+  /// density, a query's may consist of a few terms near the kernel's cutoff, tiny next to the
+  /// rounding of W there (about 1e-7 W(0) per term).
+  std::vector<double> densityScale(const QueryCase& c, Kernel k) const
+  {
+    std::vector<double> scale(count.size(), 1e-30);
+    const double center = kernelValue(k, c.source.dimension, c.radius, 0.0);
+    for (std::size_t q = 0; q < count.size(); ++q)
+    {
+      for (std::int32_t j : neighbors[q])
+      {
+        scale[q] += double(c.source.mass[j]) * center;
+      }
+    }
+    return scale;
+  }
+  /// Smoothed values (NaN where the query has no neighbor: the null value) and their magnitude.
+  /// With `magnitude`: the scale of the float rounding, the same sum over |f_j|, with every W at
+  /// W(0) for SPH (see densityScale) and W + 1e-2 W(0) over the sum of W for Shepard: the float
+  /// value of W near the cutoff is off by about 1e-7 W(0), which matters where all of a query's
+  /// neighbors lie near R and their weights are tiny.
+  std::vector<double> smooth(const QueryCase& c, Kernel k, const std::vector<float>& values, int components,
+    bool shepard, bool magnitude = false) const
+  {
+    const double center = kernelValue(k, c.source.dimension, c.radius, 0.0);
+    std::vector<double> sourceDensity;
+    if (!shepard)
+    {
+      sourceDensity = Reference(c.source, c.radius).density(c.source, k, c.source.mass.data(), 1.0);
+    }
+    std::vector<double> out(count.size() * components, 0.0);
+    for (std::size_t q = 0; q < count.size(); ++q)
+    {
+      double weight = 0;
+      for (std::size_t p = 0; p < neighbors[q].size(); ++p)
+      {
+        const std::int32_t j = neighbors[q][p];
+        const double w = kernelValue(k, c.source.dimension, c.radius, distance[q][p]);
+        const double scaled = !magnitude ? w : (shepard ? w + 1e-2 * center : center);
+        const double factor = shepard ? scaled : scaled * double(c.source.mass[j]) / sourceDensity[j];
+        weight += w;
+        for (int comp = 0; comp < components; ++comp)
+        {
+          const double v = values[j * components + comp];
+          out[q * components + comp] += factor * (magnitude ? std::abs(v) : v);
+        }
+      }
+      for (int comp = 0; comp < components; ++comp)
+      {
+        double& v = out[q * components + comp];
+        if (count[q] == 0 || (shepard && !(weight > 0)))
+        {
+          v = std::nan("");
+        }
+        else if (shepard)
+        {
+          v /= weight;
+        }
+      }
+    }
+    return out;
+  }
+};
+
+/// Like expectClose, with NaN in the reference meaning "the null value".
+void expectCloseOrNull(const std::vector<float>& got, const std::vector<double>& want, float nullValue,
+  const char* what, const std::vector<double>* magnitude = nullptr)
+{
+  std::vector<float> kept;
+  std::vector<double> keptWant, keptMagnitude;
+  int bad = 0;
+  for (std::size_t k = 0; k < want.size(); ++k)
+  {
+    if (std::isnan(want[k]))
+    {
+      if (got[k] != nullValue && bad++ < 5)
+      {
+        ADD_FAILURE() << what << " entry " << k << ": no neighbor, expected the null value " << nullValue << ", got "
+                      << got[k];
+      }
+      continue;
+    }
+    kept.push_back(got[k]);
+    keptWant.push_back(want[k]);
+    if (magnitude)
+    {
+      keptMagnitude.push_back((*magnitude)[k]);
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  expectClose(kept, keptWant, what, magnitude ? &keptMagnitude : nullptr);
+}
+
+QueryCase makeQueryCase(const std::string& name)
+{
+  QueryCase c;
+  c.name = name;
+  std::mt19937_64 rng(777);
+  auto randomQueries = [&](std::int64_t m, double lo, double hi, bool planar) {
+    std::uniform_real_distribution<double> u(lo, hi);
+    for (std::int64_t q = 0; q < m; ++q)
+    {
+      c.xyz.push_back(u(rng));
+      c.xyz.push_back(u(rng));
+      c.xyz.push_back(planar ? 0.0 : u(rng));
+    }
+  };
+  if (name == "points")
+  {
+    // Queries inside, around and far outside the particles (empty regions, a far probe).
+    c.source = ngtest::makeCloud("uniform", 3000, 8.0, 41);
+    c.radius = 0.9;
+    randomQueries(1500, -2.0, 10.0, false);
+    for (double far : { 1e3, -5e6, 1e12 })
+    {
+      c.xyz.insert(c.xyz.end(), { far, 1.0, 2.0 });
+    }
+    c.asFloat = true;
+  }
+  else if (name == "grid")
+  {
+    c.source = ngtest::makeCloud("clustered", 4000, 10.0, 42);
+    c.radius = 0.8;
+    c.grid = true;
+    c.queryGrid.origin[0] = -1.3, c.queryGrid.origin[1] = -0.7, c.queryGrid.origin[2] = 0.25;
+    c.queryGrid.spacing[0] = 0.37, c.queryGrid.spacing[1] = 0.41, c.queryGrid.spacing[2] = 0.6;
+    c.queryGrid.dimensions[0] = 33, c.queryGrid.dimensions[1] = 31, c.queryGrid.dimensions[2] = 17;
+  }
+  else if (name == "line")
+  {
+    // A line through a dense stack, in double: many queries on cell boundaries.
+    c.source = ngtest::makeCloud("stacked", 3000, 4.0, 43);
+    c.radius = 0.6;
+    for (int k = 0; k <= 400; ++k)
+    {
+      const double t = k / 400.0;
+      c.xyz.insert(c.xyz.end(), { -1.0 + 6.0 * t, 0.5 + 3.0 * t, 2.0 - t });
+    }
+  }
+  else if (name == "outliers")
+  {
+    // Sources with far outliers (keys wider than 64 bits) and queries at some of them.
+    c.source = ngtest::makeCloud("outliers", 3000, 8.0, 44, false);
+    c.radius = 0.8;
+    randomQueries(800, -1.0, 9.0, false);
+    for (std::int64_t j = c.source.size() - 12; j < c.source.size(); ++j)
+    {
+      c.xyz.insert(c.xyz.end(), c.source.xyz.begin() + 3 * j, c.source.xyz.begin() + 3 * j + 3);
+    }
+  }
+  else // "planar": a 2D cloud and queries in its plane
+  {
+    c.source = ngtest::makeCloud("planar", 3000, 10.0, 45);
+    c.radius = 0.7;
+    randomQueries(1200, -1.0, 11.0, true);
+    c.asFloat = true;
+  }
+  c.xyzFloat.assign(c.xyz.begin(), c.xyz.end());
+  if (c.asFloat)
+  {
+    c.xyz.assign(c.xyzFloat.begin(), c.xyzFloat.end());
+  }
+  return c;
+}
+
+class EngineQueries : public testing::TestWithParam<std::string>
+{
+};
+
+TEST_P(EngineQueries, EveryOperationMatchesDoubleBruteForce)
+{
+  const QueryCase c = makeQueryCase(GetParam());
+  const QueryReference ref(c);
+  const std::int64_t m = c.count();
+  std::int64_t empty = 0;
+  for (auto v : ref.count)
+  {
+    empty += v == 0;
+  }
+  RecordProperty("queries_without_neighbors", std::to_string(empty));
+  Scenario scenario{ c.name, c.source.size(), 0.0, c.radius, true, 0 };
+  Engine engine;
+  const float nullValue = -123.5f;
+  for (Method method : methodsFor(scenario))
+  {
+    SCOPED_TRACE(std::string(c.name) + ", " + toString(method));
+    Request base;
+    base.radius = c.radius;
+    base.backend = backendUnderTest;
+    base.method = method;
+    base.dimension = c.source.dimension;
+    base.nullValue = nullValue;
+    c.setQueries(base);
+
+    // Neighbor Count, and the valid mask.
+    {
+      Request r = base;
+      r.operation = Operation::NeighborCount;
+      std::vector<std::int32_t> counts(m, -7);
+      std::vector<std::uint8_t> valid(m, 7);
+      r.neighborCount = counts.data();
+      r.valid = valid.data();
+      const Report report = engine.run(r);
+      int bad = 0;
+      std::int64_t total = 0;
+      for (std::int64_t q = 0; q < m; ++q)
+      {
+        total += ref.count[q];
+        if ((counts[q] != ref.count[q] || valid[q] != (ref.count[q] > 0 ? 1 : 0)) && bad++ < 5)
+        {
+          ADD_FAILURE() << "query " << q << ": count " << counts[q] << " valid " << int(valid[q]) << ", reference "
+                        << ref.count[q];
+        }
+      }
+      EXPECT_EQ(bad, 0);
+      EXPECT_EQ(report.neighborPairs, total);
+    }
+    // Density, every kernel.
+    for (Kernel kernel : { Kernel::CubicSpline, Kernel::QuarticSpline, Kernel::QuinticSpline, Kernel::WendlandC2 })
+    {
+      SCOPED_TRACE(toString(kernel));
+      Request r = base;
+      r.operation = Operation::Density;
+      r.kernel = kernel;
+      r.mass = c.source.mass.data();
+      std::vector<float> rho(m, -1.0f);
+      r.density = rho.data();
+      engine.run(r);
+      const auto want = ref.density(c, kernel);
+      const auto magnitude = ref.densityScale(c, kernel);
+      for (std::int64_t q = 0; q < m; ++q)
+      {
+        if (ref.count[q] == 0)
+        {
+          EXPECT_EQ(rho[q], 0.0f) << "query " << q << " has no neighbor";
+        }
+      }
+      expectClose(rho, want, "query density", &magnitude);
+    }
+    // Smoothing, Shepard and SPH.
+    for (Normalization normalization : { Normalization::Shepard, Normalization::SPH })
+    {
+      const Kernel kernel = normalization == Normalization::Shepard ? Kernel::CubicSpline : Kernel::WendlandC2;
+      const bool shepard = normalization == Normalization::Shepard;
+      SCOPED_TRACE(toString(normalization));
+      Request r = base;
+      r.operation = Operation::Smoothing;
+      r.kernel = kernel;
+      r.normalization = normalization;
+      r.mass = c.source.mass.data();
+      std::vector<float> scalar(m, -1.0f), vector(3 * m, -1.0f), rho(m, -1.0f);
+      std::vector<std::uint8_t> valid(m, 7);
+      r.smoothed = { { c.source.scalar.data(), 1, scalar.data(), "scalar" },
+        { c.source.vector3.data(), 3, vector.data(), "vector" } };
+      r.valid = valid.data();
+      if (!shepard)
+      {
+        r.density = rho.data();
+      }
+      engine.run(r);
+      const auto scalarMagnitude = ref.smooth(c, kernel, c.source.scalar, 1, shepard, true);
+      expectCloseOrNull(
+        scalar, ref.smooth(c, kernel, c.source.scalar, 1, shepard), nullValue, "smoothed scalar", &scalarMagnitude);
+      const auto vectorMagnitude = ref.smooth(c, kernel, c.source.vector3, 3, shepard, true);
+      expectCloseOrNull(
+        vector, ref.smooth(c, kernel, c.source.vector3, 3, shepard), nullValue, "smoothed vector", &vectorMagnitude);
+      for (std::int64_t q = 0; q < m; ++q)
+      {
+        ASSERT_EQ(valid[q], ref.count[q] > 0 ? 1 : 0) << "query " << q;
+      }
+      if (!shepard)
+      {
+        const auto magnitude = ref.densityScale(c, kernel);
+        expectClose(rho, ref.density(c, kernel), "query density of SPH smoothing", &magnitude);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sets, EngineQueries, testing::Values("points", "grid", "line", "outliers", "planar"));
+
+TEST_F(EngineErrors, RejectsBadQueries)
+{
+  std::vector<double> queries = { 0.5, 0.5, 0.5, 1.0, std::nan(""), 1.0 };
+  Request r = request();
+  r.source = cloud.points();
+  r.points = Points(queries.data(), 2);
+  expectError(r, "query point 1");
+
+  r.points = Points(queries.data(), 0);
+  expectError(r, "no query points");
+
+  r.points = Points();
+  r.queryGrid.dimensions[0] = 4;
+  r.queryGrid.dimensions[1] = 0;
+  r.queryGrid.dimensions[2] = 2;
+  expectError(r, "query grid");
+
+  r.queryGrid.dimensions[1] = 3;
+  r.queryGrid.spacing[2] = HUGE_VAL;
+  expectError(r, "finite");
+
+  r.queryGrid.spacing[2] = 1.0;
+  r.points = Points(queries.data(), 1);
+  expectError(r, "not both");
+
+  Request single = request();
+  std::vector<std::uint8_t> valid(100);
+  single.valid = valid.data();
+  expectError(single, "separate source");
 }
 
 } // namespace

@@ -113,30 +113,52 @@ struct SmoothedArray
 /// neighborgrid::Aborted (outputs may then hold partial results).
 using ProgressCallback = std::function<bool(double fraction, const char* stage)>;
 
+/// A regular grid of query points, never stored: point (i, j, k), i fastest, is
+/// origin + (i, j, k) * spacing per axis, computed in double as vtkImageData computes its points.
+struct QueryGrid
+{
+  double origin[3] = { 0, 0, 0 };
+  double spacing[3] = { 1, 1, 1 };
+  std::int64_t dimensions[3] = { 0, 0, 0 }; // points per axis; all 0: no grid
+  std::int64_t count() const { return dimensions[0] * dimensions[1] * dimensions[2]; }
+  bool empty() const { return dimensions[0] == 0 && dimensions[1] == 0 && dimensions[2] == 0; }
+};
+
 struct Request
 {
+  // The points results are computed at (the queries), one result per point. Without `source`
+  // they are also the points their neighbors are taken from.
   Points points;
-  // Reserved: a second "source" point set (neighbors taken from source, results per query point).
-  // Not supported yet; run() rejects a request that sets it.
+  // Optional: the points neighbors are taken from (the particles), when they differ from the
+  // queries: then a query's neighbors are the source points within R of it (a source point at
+  // the query's position counts), masses and arrays to smooth are per source point, and outputs
+  // are per query. Symmetric evaluation (CLAWS) applies only without a source.
   Points source;
+  // Optional, with `source` and instead of `points`: queries on a regular grid.
+  QueryGrid queryGrid;
 
   double radius = 0.0; // support radius R, in [1e-150, 1e150]
   Operation operation = Operation::Density;
 
   Kernel kernel = Kernel::CubicSpline;
   int dimension = 3;             // 2 or 3: selects the kernel's normalization sigma_d
-  const float* mass = nullptr;   // per-point mass, or null for constantMass
+  const float* mass = nullptr;   // per-point mass (per source point), or null for constantMass
   double constantMass = 1.0;
 
-  std::vector<SmoothedArray> smoothed; // Operation::Smoothing: any number of arrays
+  std::vector<SmoothedArray> smoothed; // Operation::Smoothing: any number of arrays (per source point)
   Normalization normalization = Normalization::Shepard;
 
   Backend backend = Backend::Auto;
   Method method = Method::Auto;
 
-  // Outputs, caller-owned, `points.count` entries each (count x components for smoothing).
+  // Outputs, caller-owned, one entry per query (count x components for smoothing).
   std::int32_t* neighborCount = nullptr; // required for NeighborCount
   float* density = nullptr; // required for Density; optional for Smoothing with SPH normalization
+  // With a source only, optional: 1 where at least one source point lies within R, else 0. There
+  // the count and density are 0 and every smoothed component is nullValue (so it is too where
+  // the Shepard weights sum to 0: every neighbor exactly at the kernel's cutoff).
+  std::uint8_t* valid = nullptr;
+  float nullValue = 0.0f;
 
   ProgressCallback progress; // optional
 };

@@ -1,6 +1,6 @@
 // Brute Force: every pair, in double from the input coordinates (the definition of a neighbor
 // itself, PairTest.h), tiles of points staged in shared memory. For validation.
-#include "CudaRun.h"
+#include "CellTable.h"
 
 namespace neighborgrid
 {
@@ -79,6 +79,13 @@ public:
   double cellSize() const override { return cellSize_; }
   Particle* particles() override { return particles_.get(); }
   const std::int32_t* orderToInput() const override { return nullptr; }
+  QuerySource querySource() override
+  {
+    QuerySource q;
+    q.particles = particles_.get();
+    q.bruteForce = true;
+    return q;
+  }
   std::int64_t heldBytes() const override { return std::int64_t(particles_.bytes()); }
 
   NEIGHBORGRID_SEARCHES_BY(launch)

@@ -42,6 +42,19 @@ struct CellTable
   }
 };
 
+/// A method's particles as separate queries (Problem::queries) search them, after its sort: its
+/// cells with their points' ranges, `reach` cells each way around a query's own cell (cell size
+/// at least R / reach), or every particle (Brute Force).
+struct QuerySource
+{
+  CellTable table;                           // lookup, cell size and each cell's first point
+  const std::int32_t* secondStart = nullptr; // CLAWS: a cell's border section, a second range
+  const Particle* particles = nullptr;
+  const std::int32_t* orderToInput = nullptr; // null: the particles are in input order
+  int reach = 1;
+  bool bruteForce = false;
+};
+
 /// The lookup size for n points on this layout when the cells are not counted yet: at most one
 /// cell per point, and no more than the key space.
 inline std::int64_t cellCapacity(std::int64_t n, const KeyLayout& layout)

@@ -18,6 +18,7 @@
 #include "../Parallel.h"
 #include "../Timer.h"
 #include "CudaRun.h"
+#include "Queries.cuh"
 
 #include <cub/block/block_reduce.cuh>
 
@@ -266,7 +267,7 @@ public:
   explicit CudaBackend(std::int64_t memoryLimit)
     : memoryLimit_(memoryLimit), deviceRaw_(inputPool_), boundsPartial_(pool_), firstBad_(pool_), mass_(pool_),
       values_(pool_), smoothed_(pool_), density_(pool_), count_(pool_), orderedDensity_(pool_), gathered_(pool_),
-      decided_(pool_)
+      decided_(pool_), valid_(pool_), queryRaw_(pool_)
   {
     NG_CUDA_CHECK(cudaGetDevice(&device_.id), "cudaGetDevice");
     cudaDeviceProp prop{};
@@ -366,9 +367,10 @@ public:
     run_.decided = decided_.ensure(1, "decision counter");
     NG_CUDA_CHECK(cudaMemsetAsync(run_.decided, 0, sizeof(unsigned long long), stream_), "clearing the decision counter");
 
-    // Masses and arrays to smooth go through the pinned ring.
+    // Masses, arrays to smooth and explicit queries go through the pinned ring.
     cudaEvent_t start = mark();
     uploadArrays();
+    uploadQueries();
     cudaEvent_t uploaded = mark();
     stage("upload", start, uploaded);
     progress(0.1, "upload");
@@ -405,8 +407,15 @@ public:
     divideWeightsKernel<<<blocksFor(n), 256, 0, stream_>>>(method_->particles(), n, orderedDensity);
     NG_CUDA_CHECK_LAUNCH("divideWeightsByDensity");
   }
-  std::int32_t* countOutput() { return count_.ensure(std::size_t(problem_->count), "neighbor counts"); }
-  float* densityOutput() { return problem_->density ? density_.ensure(std::size_t(problem_->count), "density") : nullptr; }
+  std::int32_t* countOutput() { return count_.ensure(std::size_t(problem_->resultCount()), "neighbor counts"); }
+  float* densityOutput()
+  {
+    return problem_->density ? density_.ensure(std::size_t(problem_->resultCount()), "density") : nullptr;
+  }
+  std::uint8_t* validOutput()
+  {
+    return problem_->valid ? valid_.ensure(std::size_t(problem_->resultCount()), "valid point mask") : nullptr;
+  }
   float* orderedDensity() { return orderedDensity_.ensure(std::size_t(problem_->count), "density (method order)"); }
   const float* gatherValues(std::size_t array, int first, int count)
   {
@@ -418,7 +427,7 @@ public:
     NG_CUDA_CHECK_LAUNCH("gatherValues");
     return gathered;
   }
-  float* smoothingOutput(std::size_t array) { return smoothed_.get() + valueOffsets_[array]; }
+  float* smoothingOutput(std::size_t array) { return smoothed_.get() + resultOffsets_[array]; }
 
   template <class Op>
   void search(const Op& op, const char* stageName)
@@ -432,10 +441,38 @@ public:
     (*problem_->progress)(0.9, stageName);
   }
 
+  template <class Op>
+  void searchQueries(const Op& op, const char* stageName)
+  {
+    const QuerySet& set = problem_->queries;
+    DeviceQueries queries;
+    queries.count = static_cast<int>(set.count);
+    queries.isGrid = set.isGrid;
+    if (set.isGrid)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        queries.origin[a] = set.grid.origin[a];
+        queries.spacing[a] = set.grid.spacing[a];
+        queries.dimensions[a] = set.grid.dimensions[a];
+      }
+    }
+    else
+    {
+      queries.points = InputPoints{ queryRaw_.get(), set.points.type == ScalarType::Float64 };
+    }
+    cudaEvent_t begin = mark();
+    launchQueries(run_, queries, method_->querySource(), op);
+    NG_CUDA_CHECK_LAUNCH(stageName);
+    stage(stageName, begin, mark());
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), stageName);
+    (*problem_->progress)(0.9, stageName);
+  }
+
   void finishOutputs()
   {
     const Problem& p = *problem_;
-    const std::size_t n = static_cast<std::size_t>(p.count);
+    const std::size_t n = static_cast<std::size_t>(p.resultCount());
     struct Download
     {
       const void* device;
@@ -455,9 +492,13 @@ public:
     {
       for (std::size_t a = 0; a < p.smoothed->size(); ++a)
       {
-        downloads.push_back({ smoothed_.get() + valueOffsets_[a], (*p.smoothed)[a].output,
+        downloads.push_back({ smoothed_.get() + resultOffsets_[a], (*p.smoothed)[a].output,
           n * std::size_t((*p.smoothed)[a].components) * sizeof(float) });
       }
+    }
+    if (p.valid)
+    {
+      downloads.push_back({ valid_.get(), p.valid, n });
     }
     unsigned long long decided = 0;
     NG_CUDA_CHECK(cudaMemcpyAsync(&decided, run_.decided, sizeof decided, cudaMemcpyDeviceToHost, stream_),
@@ -583,6 +624,7 @@ private:
   void planMemory(const Problem& p)
   {
     const std::int64_t n = p.count;
+    const std::int64_t results = p.resultCount();
     struct Part
     {
       std::string what;
@@ -601,16 +643,25 @@ private:
         components += a.components;
         widest = std::max<std::int64_t>(widest, std::min(a.components, maxComponentsPerPass));
       }
-      parts.push_back({ "arrays to smooth and their results", 2 * 4 * n * components });
+      parts.push_back({ "arrays to smooth and their results", 4 * (n + results) * components });
       parts.push_back({ "one pass of values in method order", 4 * n * widest });
     }
     if (p.operation == Operation::NeighborCount)
     {
-      parts.push_back({ "neighbor counts", 4 * n });
+      parts.push_back({ "neighbor counts", 4 * results });
     }
     if (p.density || (p.operation == Operation::Smoothing && p.normalization == Normalization::SPH))
     {
-      parts.push_back({ "density", 4 * n });
+      parts.push_back({ "density", 4 * results });
+    }
+    if (p.valid)
+    {
+      parts.push_back({ "valid point mask", results });
+    }
+    if (p.queries.separate && !p.queries.isGrid)
+    {
+      const std::int64_t element = p.queries.points.type == ScalarType::Float32 ? 4 : 8;
+      parts.push_back({ "query coordinates", 3 * element * p.queries.count });
     }
     if (p.operation == Operation::Smoothing && p.normalization == Normalization::SPH)
     {
@@ -682,7 +733,14 @@ private:
         values += n * std::size_t(a.components);
       }
       float* deviceValues = values_.ensure(values, "arrays to smooth");
-      smoothed_.ensure(values, "smoothed arrays");
+      resultOffsets_.clear();
+      std::size_t results = 0;
+      for (const auto& a : *p.smoothed)
+      {
+        resultOffsets_.push_back(results);
+        results += std::size_t(p.resultCount()) * std::size_t(a.components);
+      }
+      smoothed_.ensure(results, "smoothed arrays");
       for (std::size_t a = 0; a < p.smoothed->size(); ++a)
       {
         const auto& array = (*p.smoothed)[a];
@@ -690,6 +748,17 @@ private:
           stream_, "uploading arrays to smooth");
       }
     }
+  }
+
+  void uploadQueries()
+  {
+    const QuerySet& q = problem_->queries;
+    if (!q.separate || q.isGrid)
+    {
+      return;
+    }
+    const std::size_t bytes = 3 * std::size_t(q.count) * (q.points.type == ScalarType::Float32 ? 4 : 8);
+    transfers_.upload(queryRaw_.ensure(bytes, "query coordinates"), q.points.xyz, bytes, stream_, "uploading queries");
   }
 
   cudaEvent_t mark()
@@ -734,6 +803,7 @@ private:
   CudaMethod* method_ = nullptr;
   InputPoints input_;
   std::vector<std::size_t> valueOffsets_;
+  std::vector<std::size_t> resultOffsets_;
   TransferRing transfers_;
   PinnedBuffer<char> boundsHost_;
 
@@ -750,6 +820,8 @@ private:
   DeviceBuffer<float> orderedDensity_;
   DeviceBuffer<float> gathered_;
   DeviceBuffer<unsigned long long> decided_;
+  DeviceBuffer<std::uint8_t> valid_;
+  DeviceBuffer<unsigned char> queryRaw_;
   std::unique_ptr<CudaMethod> methods_[8];
 };
 

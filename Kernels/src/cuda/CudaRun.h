@@ -38,6 +38,8 @@ struct CudaRun
   unsigned long long* decided = nullptr;  // device counter of pairs decided in double
 };
 
+struct QuerySource; // CellTable.h
+
 /// A CUDA method: its sort leaves the points in its order as Particles (frame coordinates of its
 /// cells, weight 1) with the map to input order; its search runs an operation over every point.
 class CudaMethod
@@ -56,6 +58,8 @@ public:
   virtual const std::int32_t* orderToInput() const = 0;
   /// Device bytes the method holds now (Report::extraDeviceBytes).
   virtual std::int64_t heldBytes() const = 0;
+  /// How separate queries search the particles (valid after sort()).
+  virtual QuerySource querySource() = 0;
 
   virtual void search(CudaRun& run, const CountOperation& op) = 0;
   virtual void search(CudaRun& run, const DensityOperation& op) = 0;

@@ -156,6 +156,19 @@ public:
   double cellSize() const override { return coarse_.size; }
   Particle* particles() override { return particles_.get(); }
   const std::int32_t* orderToInput() const override { return orderToInput_.get(); }
+  /// Separate queries read the coarse cells through their slots (FENNS: one range per cell;
+  /// CLAWS: the inner and the border section), 27 around the query's own: the staging in
+  /// shared memory is for blocks whose own points are the particles of a cell.
+  QuerySource querySource() override
+  {
+    QuerySource q;
+    q.table = slots_.table(layout_.start);
+    q.secondStart = layout_.claws ? layout_.start + layout_.slots : nullptr;
+    q.particles = particles_.get();
+    q.orderToInput = orderToInput_.get();
+    q.reach = 1;
+    return q;
+  }
   std::int64_t heldBytes() const override
   {
     return slots_.heldBytes() +
