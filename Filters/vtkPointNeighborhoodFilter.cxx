@@ -27,6 +27,7 @@
 #include "vtkDataArray.h"
 #include "vtkDataArrayRange.h"
 #include "vtkDataObject.h"
+#include "vtkDataSet.h"
 #include "vtkDataSetAttributes.h"
 #include "vtkFieldData.h"
 #include "vtkFloatArray.h"
@@ -37,9 +38,11 @@
 #include "vtkObjectFactory.h"
 #include "vtkPointData.h"
 #include "vtkPointSet.h"
+#include "vtkPolyData.h"
 #include "vtkPoints.h"
 #include "vtkSmartPointer.h"
 #include "vtkStringArray.h"
+#include "vtkUnsignedCharArray.h"
 #include "vtkWeakPointer.h"
 
 #include <NeighborGrid/NeighborGrid.h>
@@ -273,6 +276,10 @@ struct vtkPointNeighborhoodFilter::Internals
   {
     auto* self = static_cast<vtkPointNeighborhoodFilter*>(clientData);
     Internals& internal = *self->Internal;
+    if (!self->ProcessesBlocksSeparately())
+    {
+      return;
+    }
     auto* composite = vtkCompositeDataSet::SafeDownCast(self->GetInputDataObject(0, 0));
     if (!composite)
     {
@@ -497,6 +504,47 @@ int vtkPointNeighborhoodFilter::RequestData(
     return 1;
   }
 
+  // --- Run, then the output: a shallow copy of the input plus the results ---------------------
+  ComputeResult result;
+  const int status = this->ComputeNeighborhood(input, QuerySpec{}, result);
+  if (status == 2)
+  {
+    vtkDebugMacro(<< where << result.AbortMessage);
+    output->Initialize();
+    storeRunInfo({ "aborted=" + result.AbortMessage });
+    return 1;
+  }
+  if (status == 0)
+  {
+    return fail(result.Error);
+  }
+  output->ShallowCopy(input);
+  for (const auto& array : result.Arrays)
+  {
+    output->GetPointData()->AddArray(array);
+  }
+  info = result.Info;
+  AttachRunInfo(input, output, info);
+  storeRunInfo(info);
+  return 1;
+}
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodFilter::ComputeNeighborhood(
+  vtkPointSet* particles, const QuerySpec& queries, ComputeResult& result)
+{
+  auto fail = [&](const std::string& message) {
+    result.Error = message;
+    return 0;
+  };
+  const vtkIdType particleCount = particles->GetNumberOfPoints();
+  const vtkIdType resultCount = queries.Kind == QuerySpec::PARTICLES ? particleCount : queries.Count;
+  vtkPointData* inputPointData = particles->GetPointData();
+  const neighborgrid::Operation operation = ToEngine(this->Operation);
+  const bool usesMass = operation == neighborgrid::Operation::Density ||
+    (operation == neighborgrid::Operation::Smoothing && this->Normalization == SPH);
+  const bool outputsDensity = usesMass;
+
   // --- The request ---------------------------------------------------------------------------
   neighborgrid::Request request;
   request.radius = this->Radius;
@@ -511,20 +559,21 @@ int vtkPointNeighborhoodFilter::RequestData(
   // Coordinates: float and double go to the engine as they are (it converts them to float
   // relative to the bounds' minimum itself); any other type is converted to double first.
   std::vector<double> convertedCoordinates;
-  vtkDataArray* coordinates = input->GetPoints()->GetData();
+  neighborgrid::Points particlePoints;
+  vtkDataArray* coordinates = particles->GetPoints()->GetData();
   if (auto* floats = vtkArrayDownCast<vtkAOSDataArrayTemplate<float>>(coordinates))
   {
-    request.points = neighborgrid::Points(floats->GetPointer(0), pointCount);
+    particlePoints = neighborgrid::Points(floats->GetPointer(0), particleCount);
   }
   else if (auto* doubles = vtkArrayDownCast<vtkAOSDataArrayTemplate<double>>(coordinates))
   {
-    request.points = neighborgrid::Points(doubles->GetPointer(0), pointCount);
+    particlePoints = neighborgrid::Points(doubles->GetPointer(0), particleCount);
   }
   else
   {
-    convertedCoordinates.resize(static_cast<size_t>(3 * pointCount));
+    convertedCoordinates.resize(static_cast<size_t>(3 * particleCount));
     CopyValues(coordinates, convertedCoordinates.data());
-    request.points = neighborgrid::Points(convertedCoordinates.data(), pointCount);
+    particlePoints = neighborgrid::Points(convertedCoordinates.data(), particleCount);
   }
 
   // Mass: input array 0 when one is selected, else the constant Mass. Only checked when the
@@ -579,7 +628,7 @@ int vtkPointNeighborhoodFilter::RequestData(
       }
       else
       {
-        mass = this->GetInputArrayToProcess(0, input);
+        mass = this->GetInputArrayToProcess(0, particles);
         if (!mass)
         {
           return fail("The mass is selected by attribute type (input array 0), but the input has "
@@ -618,7 +667,7 @@ int vtkPointNeighborhoodFilter::RequestData(
           ", not a numeric array.");
       }
       const int components = values->GetNumberOfComponents();
-      auto result = NewResultArray<vtkFloatArray>(name + "_smoothed", components, pointCount);
+      auto result = NewResultArray<vtkFloatArray>(name + "_smoothed", components, resultCount);
       for (int c = 0; c < components; ++c)
       {
         if (const char* componentName = values->GetComponentName(c))
@@ -640,13 +689,13 @@ int vtkPointNeighborhoodFilter::RequestData(
   vtkSmartPointer<vtkIntArray> neighborCount;
   if (operation == neighborgrid::Operation::NeighborCount)
   {
-    neighborCount = NewResultArray<vtkIntArray>("NeighborCount", 1, pointCount);
+    neighborCount = NewResultArray<vtkIntArray>("NeighborCount", 1, resultCount);
     request.neighborCount = reinterpret_cast<std::int32_t*>(neighborCount->GetPointer(0));
   }
   vtkSmartPointer<vtkFloatArray> density;
   if (outputsDensity)
   {
-    density = NewResultArray<vtkFloatArray>("Density", 1, pointCount);
+    density = NewResultArray<vtkFloatArray>("Density", 1, resultCount);
     request.density = density->GetPointer(0);
   }
 
@@ -669,6 +718,46 @@ int vtkPointNeighborhoodFilter::RequestData(
     return !AbortRequested(this);
   };
 
+  // Where the results go: the particles themselves, other points, or a grid.
+  std::vector<double> convertedQueries;
+  vtkSmartPointer<vtkUnsignedCharArray> validMask;
+  if (queries.Kind == QuerySpec::PARTICLES)
+  {
+    request.points = particlePoints;
+  }
+  else
+  {
+    request.source = particlePoints;
+    request.nullValue = static_cast<float>(this->NullValue);
+    if (queries.Kind == QuerySpec::GRID)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        request.queryGrid.origin[a] = queries.Origin[a];
+        request.queryGrid.spacing[a] = queries.Spacing[a];
+        request.queryGrid.dimensions[a] = queries.Dimensions[a];
+      }
+    }
+    else if (auto* floats = vtkArrayDownCast<vtkAOSDataArrayTemplate<float>>(queries.Coordinates))
+    {
+      request.points = neighborgrid::Points(floats->GetPointer(0), resultCount);
+    }
+    else if (auto* doubles = vtkArrayDownCast<vtkAOSDataArrayTemplate<double>>(queries.Coordinates))
+    {
+      request.points = neighborgrid::Points(doubles->GetPointer(0), resultCount);
+    }
+    else
+    {
+      convertedQueries.resize(static_cast<size_t>(3 * resultCount));
+      CopyValues(queries.Coordinates, convertedQueries.data());
+      request.points = neighborgrid::Points(convertedQueries.data(), resultCount);
+    }
+    validMask = vtkSmartPointer<vtkUnsignedCharArray>::New();
+    validMask->SetName(this->ValidPointMaskArrayName.c_str());
+    validMask->SetNumberOfTuples(resultCount);
+    request.valid = validMask->GetPointer(0);
+  }
+
   // --- Run -----------------------------------------------------------------------------------
   neighborgrid::Report report;
   try
@@ -678,10 +767,8 @@ int vtkPointNeighborhoodFilter::RequestData(
   catch (const neighborgrid::Aborted& aborted)
   {
     this->SetProgressText(nullptr);
-    vtkDebugMacro(<< where << aborted.what());
-    output->Initialize();
-    storeRunInfo({ "aborted=" + std::string(aborted.what()) });
-    return 1;
+    result.AbortMessage = aborted.what();
+    return 2;
   }
   catch (const neighborgrid::Error& error)
   {
@@ -696,21 +783,24 @@ int vtkPointNeighborhoodFilter::RequestData(
   }
   this->SetProgressText(nullptr);
 
-  // --- Output: a shallow copy of the input plus the results ----------------------------------
-  output->ShallowCopy(input);
-  vtkPointData* outputPointData = output->GetPointData();
+  // --- The result arrays, for the caller to attach --------------------------------------------
   if (neighborCount)
   {
-    outputPointData->AddArray(neighborCount);
+    result.Arrays.push_back(neighborCount);
   }
   if (density)
   {
-    outputPointData->AddArray(density);
+    result.Arrays.push_back(density);
   }
   for (const auto& smoothed : smoothedOutputs)
   {
-    outputPointData->AddArray(smoothed);
+    result.Arrays.push_back(smoothed);
   }
+  if (validMask)
+  {
+    result.Arrays.push_back(validMask);
+  }
+  std::vector<std::string>& info = result.Info;
 
   info.push_back(std::string("backend=") + neighborgrid::toString(report.backend));
   info.push_back("backend_reason=" + report.backendReason);
@@ -731,7 +821,11 @@ int vtkPointNeighborhoodFilter::RequestData(
     info.push_back("mass=" + massDescription);
   }
   info.push_back("radius=" + ToText(this->Radius));
-  info.push_back("points=" + ToText(pointCount));
+  info.push_back("points=" + ToText(particleCount));
+  if (queries.Kind != QuerySpec::PARTICLES)
+  {
+    info.push_back("queries=" + ToText(resultCount));
+  }
   for (const neighborgrid::StageTime& stage : report.stages)
   {
     info.push_back("stage." + stage.stage + "_ms=" + ToText(stage.milliseconds));
@@ -742,9 +836,107 @@ int vtkPointNeighborhoodFilter::RequestData(
   }
   info.push_back("extra_device_bytes=" + ToText(report.extraDeviceBytes));
 
-  AttachRunInfo(input, output, info);
-  storeRunInfo(info);
   return 1;
+}
+
+//------------------------------------------------------------------------------
+vtkSmartPointer<vtkPointSet> vtkPointNeighborhoodFilter::GatherParticles(
+  vtkDataObject* input, std::string& error)
+{
+  if (auto* points = vtkPointSet::SafeDownCast(input))
+  {
+    return points;
+  }
+  auto* composite = vtkCompositeDataSet::SafeDownCast(input);
+  if (!composite)
+  {
+    error = std::string("The particles (Input) must be a vtkPointSet or a composite dataset of them, not ") +
+      (input ? input->GetClassName() : "nothing") + ".";
+    return nullptr;
+  }
+  std::vector<vtkPointSet*> blocks;
+  vtkSmartPointer<vtkCompositeDataIterator> iterator;
+  iterator.TakeReference(composite->NewIterator());
+  for (iterator->InitTraversal(); !iterator->IsDoneWithTraversal(); iterator->GoToNextItem())
+  {
+    vtkDataObject* block = iterator->GetCurrentDataObject();
+    auto* points = vtkPointSet::SafeDownCast(block);
+    if (!points)
+    {
+      if (auto* dataSet = vtkDataSet::SafeDownCast(block))
+      {
+        if (dataSet->GetNumberOfPoints() == 0)
+        {
+          continue;
+        }
+      }
+      error = "Block " + ToText(iterator->GetCurrentFlatIndex()) + " of the particles (Input) is " +
+        (block ? std::string("a ") + block->GetClassName() : std::string("missing")) + ", not a vtkPointSet.";
+      return nullptr;
+    }
+    if (points->GetNumberOfPoints() > 0)
+    {
+      blocks.push_back(points);
+    }
+  }
+  if (blocks.size() == 1)
+  {
+    return blocks[0];
+  }
+  // The blocks' points one after the other, with the point arrays common to all of them.
+  vtkIdType total = 0;
+  vtkDataSetAttributes::FieldList fields(static_cast<int>(blocks.size()));
+  for (size_t b = 0; b < blocks.size(); ++b)
+  {
+    total += blocks[b]->GetNumberOfPoints();
+    if (b == 0)
+    {
+      fields.InitializeFieldList(blocks[b]->GetPointData());
+    }
+    else
+    {
+      fields.IntersectFieldList(blocks[b]->GetPointData());
+    }
+  }
+  auto merged = vtkSmartPointer<vtkPolyData>::New();
+  vtkNew<vtkPoints> points;
+  points->SetDataTypeToDouble();
+  points->SetNumberOfPoints(total);
+  merged->GetPointData()->CopyAllocate(fields, total);
+  vtkIdType next = 0;
+  for (size_t b = 0; b < blocks.size(); ++b)
+  {
+    const vtkIdType n = blocks[b]->GetNumberOfPoints();
+    vtkDataArray* from = blocks[b]->GetPoints()->GetData();
+    for (vtkIdType i = 0; i < n; ++i)
+    {
+      double x[3];
+      from->GetTuple(i, x);
+      points->SetPoint(next + i, x);
+    }
+    merged->GetPointData()->CopyData(fields, blocks[b]->GetPointData(), static_cast<int>(b), next, n, 0);
+    next += n;
+  }
+  merged->SetPoints(points);
+  return merged;
+}
+
+//------------------------------------------------------------------------------
+void vtkPointNeighborhoodFilter::AttachInfo(
+  vtkDataObject* source, vtkDataObject* output, const std::vector<std::string>& info)
+{
+  AttachRunInfo(source, output, info);
+}
+
+//------------------------------------------------------------------------------
+void vtkPointNeighborhoodFilter::SetLastRunInfo(const std::vector<std::string>& info)
+{
+  std::string text;
+  for (const std::string& entry : info)
+  {
+    text += entry + "\n";
+  }
+  this->LastRunInfo = text;
 }
 
 //------------------------------------------------------------------------------

@@ -40,9 +40,16 @@
 #include "NeighborGridFiltersModule.h" // for export macro
 #include "vtkPassInputTypeAlgorithm.h"
 
+#include "vtkSmartPointer.h" // for vtkSmartPointer
+
 #include <memory> // for std::unique_ptr
 #include <string> // for std::string
 #include <vector> // for std::vector
+
+class vtkAbstractArray;
+class vtkDataArray;
+class vtkDataObject;
+class vtkPointSet;
 
 class NEIGHBORGRIDFILTERS_EXPORT vtkPointNeighborhoodFilter : public vtkPassInputTypeAlgorithm
 {
@@ -149,6 +156,17 @@ public:
   vtkGetMacro(Method, int);
   ///@}
 
+  ///@{
+  /// Probe and volume filters (vtkPointNeighborhoodProbe, vtkPointNeighborhoodVolume): the value
+  /// of smoothed arrays at points with no particle within R (or whose Shepard weights sum to 0),
+  /// default 0, and the name of the array that marks the points that have one (1) or not (0),
+  /// default "vtkValidPointMask" as vtkSPHInterpolator names it. Count and density are 0 there.
+  vtkSetMacro(NullValue, double);
+  vtkGetMacro(NullValue, double);
+  void SetValidPointMaskArrayName(const char* name) { this->ValidPointMaskArrayName = name ? name : ""; this->Modified(); }
+  const char* GetValidPointMaskArrayName() const { return this->ValidPointMaskArrayName.c_str(); }
+  ///@}
+
   /// What the last execution ran on and how long each stage took (also in NeighborGridInfo).
   const char* GetLastRunInfo() const;
 
@@ -159,6 +177,46 @@ protected:
   int FillInputPortInformation(int port, vtkInformation* info) override;
   int RequestData(vtkInformation*, vtkInformationVector**, vtkInformationVector*) override;
 
+  /// Where results are wanted: at the particles themselves, at other points, or on a grid
+  /// (point (i, j, k) at Origin + (i, j, k) * Spacing, i fastest).
+  struct QuerySpec
+  {
+    enum Kind
+    {
+      PARTICLES,
+      POINTS,
+      GRID
+    };
+    int Kind = PARTICLES;
+    vtkDataArray* Coordinates = nullptr; // POINTS: 3 components
+    double Origin[3] = { 0, 0, 0 };
+    double Spacing[3] = { 1, 1, 1 };
+    vtkIdType Dimensions[3] = { 0, 0, 0 };
+    vtkIdType Count = 0; // POINTS and GRID
+  };
+  struct ComputeResult
+  {
+    std::vector<vtkSmartPointer<vtkAbstractArray>> Arrays; // one entry per query
+    std::vector<std::string> Info;                         // NeighborGridInfo entries
+    std::string Error;
+    std::string AbortMessage;
+  };
+  /// Runs the operation with the points and arrays of `particles` as the neighbors. Returns 1
+  /// with the result arrays, 0 with Error set (nothing reported yet), 2 when aborted.
+  int ComputeNeighborhood(vtkPointSet* particles, const QuerySpec& queries, ComputeResult& result);
+
+  /// The particles of an input taken as one set: a vtkPointSet as it is; the non-empty vtkPointSet
+  /// blocks of a composite dataset appended (their points, and the point arrays that all of them
+  /// have). Null with `error` set when there is no point set.
+  static vtkSmartPointer<vtkPointSet> GatherParticles(vtkDataObject* input, std::string& error);
+
+  /// Whether a composite input runs block by block (this filter) or whole (probe and volume).
+  virtual bool ProcessesBlocksSeparately() const { return true; }
+
+  /// Adds the NeighborGridInfo field-data array (and keeps the output's own field data).
+  static void AttachInfo(vtkDataObject* source, vtkDataObject* output, const std::vector<std::string>& info);
+  void SetLastRunInfo(const std::vector<std::string>& info);
+
   double Radius = 1.0;
   int Operation = DENSITY;
   int Kernel = CUBIC_SPLINE;
@@ -167,6 +225,8 @@ protected:
   int Normalization = SHEPARD;
   int Backend = BACKEND_AUTO;
   int Method = METHOD_AUTO;
+  double NullValue = 0.0;
+  std::string ValidPointMaskArrayName = "vtkValidPointMask";
 
 private:
   vtkPointNeighborhoodFilter(const vtkPointNeighborhoodFilter&) = delete;

@@ -282,6 +282,94 @@ int runEveryOperation(std::int64_t n, Backend backend)
   return 0;
 }
 
+/// --volume=N: density of 4M uniform random particles (box 90, R = 1.5, about 80 neighbors each)
+/// on an N^3 grid over their bounds padded by R (SPH Volume Interpolator's use), every method of
+/// --methods side by side: the median device-resident time (sort and query passes) and the
+/// median end-to-end time of Engine::run with the result in host memory.
+/// CSV: device,table,n,scene,radius,operation,method,median_ms,end_to_end_ms,extra_device_bytes,
+///      valid_fraction
+int runVolume(std::int64_t side, const std::vector<Method>& methods, Backend backend, int runs, std::ofstream& csv)
+{
+  const std::int64_t n = 4194304;
+  const double scene = 90.0, radius = 1.5;
+  std::vector<float> xyz(3 * std::size_t(n));
+  std::mt19937_64 rng(4242);
+  std::uniform_real_distribution<float> u(0.0f, static_cast<float>(scene));
+  for (auto& v : xyz)
+  {
+    v = u(rng);
+  }
+  Request r;
+  r.source = Points(xyz.data(), n);
+  r.radius = radius;
+  r.operation = Operation::Density;
+  r.backend = backend;
+  for (int a = 0; a < 3; ++a)
+  {
+    r.queryGrid.origin[a] = -radius;
+    r.queryGrid.spacing[a] = (scene + 2 * radius) / double(side - 1);
+    r.queryGrid.dimensions[a] = side;
+  }
+  const std::size_t cells = std::size_t(side) * side * side;
+  std::vector<float> density(cells);
+  std::vector<std::uint8_t> valid(cells);
+  r.density = density.data();
+  r.valid = valid.data();
+  const char* header = "device,table,n,scene,radius,operation,method,median_ms,end_to_end_ms,extra_device_bytes,valid_fraction\n";
+  std::printf("%s", header);
+  if (csv)
+  {
+    csv << header;
+  }
+  Engine engine;
+  for (Method method : methods)
+  {
+    r.method = method;
+    std::vector<double> resident, wall;
+    Report report;
+    try
+    {
+      for (int k = 0; k < runs; ++k)
+      {
+        const auto began = std::chrono::steady_clock::now();
+        report = engine.run(r);
+        wall.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
+        double t = 0;
+        for (const auto& stage : report.stages)
+        {
+          t += isDeviceResident(stage.stage) ? stage.milliseconds : 0.0;
+        }
+        resident.push_back(t);
+      }
+    }
+    catch (const Error& error)
+    {
+      std::fprintf(stderr, "%s: %s\n", toString(method), error.what());
+      continue;
+    }
+    std::int64_t validCount = 0;
+    for (std::uint8_t v : valid)
+    {
+      validCount += v;
+    }
+    std::ostringstream line;
+    line << report.device << ",volume-" << side << "^3," << n << "," << scene << "," << radius << ",Density,"
+         << toString(report.method) << (method == Method::Auto ? " (Auto)" : "") << "," << median(resident) << ","
+         << median(wall) << "," << report.extraDeviceBytes << "," << double(validCount) / double(cells) << "\n";
+    std::printf("%s", line.str().c_str());
+    std::fflush(stdout);
+    if (csv)
+    {
+      csv << line.str();
+    }
+    for (const auto& stage : report.stages)
+    {
+      std::fprintf(stderr, "  %s %s: %.2f ms\n", toString(report.method), stage.stage.c_str(), stage.milliseconds);
+    }
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -293,6 +381,7 @@ int main(int argc, char** argv)
   std::vector<Method> methods{ Method::CountingSort, Method::RadixSort, Method::FENNS, Method::CLAWS, Method::Bayraktar,
     Method::StagedTiles, Method::Auto };
   bool roofline = false;
+  std::int64_t volumeSide = 0;
   for (int i = 1; i < argc; ++i)
   {
     const std::string a = argv[i];
@@ -326,6 +415,10 @@ int main(int argc, char** argv)
     {
       return runEveryOperation(std::atoll(a.c_str() + 13), Backend::Auto);
     }
+    else if (a.rfind("--volume=", 0) == 0)
+    {
+      volumeSide = std::max<std::int64_t>(2, std::atoll(a.c_str() + 9));
+    }
     else if (a == "--roofline")
     {
       roofline = true;
@@ -334,7 +427,7 @@ int main(int argc, char** argv)
     {
       std::fprintf(stderr,
         "usage: %s [--table=issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|all|smoke]\n"
-        "          [--runs=N] [--csv=FILE]\n"
+        "          [--runs=N] [--csv=FILE] [--volume=N] [--operations=N]\n"
         "          [--methods=counting-sort,radix-sort,fenns,claws,bayraktar,staged-tiles,brute-force,auto] [--cpu] [--roofline]\n",
         argv[0]);
       return 2;
@@ -358,6 +451,10 @@ int main(int argc, char** argv)
   if (!csvPath.empty())
   {
     csv.open(csvPath);
+  }
+  if (volumeSide > 0)
+  {
+    return runVolume(volumeSide, methods, backend, runs, csv);
   }
   const char* header = "device,table,n,scene,radius,operation,method,median_ms,extra_device_bytes,avg_neighbors\n";
   std::printf("%s", header);

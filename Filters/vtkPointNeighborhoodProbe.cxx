@@ -1,0 +1,241 @@
+// vtkPointNeighborhoodProbe: the particles of port 0 as neighbors, results at the points of the
+// probe on port 1. The engine does the work (vtkPointNeighborhoodFilter::ComputeNeighborhood).
+#include "vtkPointNeighborhoodProbe.h"
+
+#include "vtkAlgorithmOutput.h"
+#include "vtkCompositeDataSet.h"
+#include "vtkDataArray.h"
+#include "vtkDataObject.h"
+#include "vtkDataSet.h"
+#include "vtkDoubleArray.h"
+#include "vtkImageData.h"
+#include "vtkInformation.h"
+#include "vtkInformationVector.h"
+#include "vtkMatrix3x3.h"
+#include "vtkObjectFactory.h"
+#include "vtkPointData.h"
+#include "vtkPointSet.h"
+#include "vtkPoints.h"
+#include "vtkSmartPointer.h"
+#include "vtkStreamingDemandDrivenPipeline.h"
+
+vtkStandardNewMacro(vtkPointNeighborhoodProbe);
+
+//------------------------------------------------------------------------------
+vtkPointNeighborhoodProbe::vtkPointNeighborhoodProbe()
+{
+  this->SetNumberOfInputPorts(2);
+}
+
+//------------------------------------------------------------------------------
+vtkPointNeighborhoodProbe::~vtkPointNeighborhoodProbe() = default;
+
+//------------------------------------------------------------------------------
+void vtkPointNeighborhoodProbe::SetSourceConnection(vtkAlgorithmOutput* output)
+{
+  this->SetInputConnection(1, output);
+}
+
+//------------------------------------------------------------------------------
+void vtkPointNeighborhoodProbe::SetSourceData(vtkDataObject* probe)
+{
+  this->SetInputData(1, probe);
+}
+
+//------------------------------------------------------------------------------
+vtkDataObject* vtkPointNeighborhoodProbe::GetSource()
+{
+  return this->GetNumberOfInputConnections(1) < 1 ? nullptr : this->GetExecutive()->GetInputData(1, 0);
+}
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodProbe::FillInputPortInformation(int port, vtkInformation* info)
+{
+  if (port == 0)
+  {
+    info->Set(vtkAlgorithm::INPUT_REQUIRED_DATA_TYPE(), "vtkPointSet");
+    info->Append(vtkAlgorithm::INPUT_REQUIRED_DATA_TYPE(), "vtkCompositeDataSet");
+    return 1;
+  }
+  if (port == 1)
+  {
+    info->Set(vtkAlgorithm::INPUT_REQUIRED_DATA_TYPE(), "vtkDataSet");
+    return 1;
+  }
+  return 0;
+}
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodProbe::RequestDataObject(
+  vtkInformation*, vtkInformationVector** inputVector, vtkInformationVector* outputVector)
+{
+  // The output has the probe's type.
+  vtkDataObject* probe = vtkDataObject::GetData(inputVector[1], 0);
+  if (!probe)
+  {
+    return 0;
+  }
+  vtkInformation* outInfo = outputVector->GetInformationObject(0);
+  vtkDataObject* output = vtkDataObject::GetData(outInfo);
+  if (!output || !output->IsA(probe->GetClassName()))
+  {
+    vtkSmartPointer<vtkDataObject> created;
+    created.TakeReference(probe->NewInstance());
+    outInfo->Set(vtkDataObject::DATA_OBJECT(), created);
+  }
+  return 1;
+}
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodProbe::RequestInformation(
+  vtkInformation*, vtkInformationVector** inputVector, vtkInformationVector* outputVector)
+{
+  // Extent, time and pieces follow the probe, not the particles.
+  vtkInformation* probeInfo = inputVector[1]->GetInformationObject(0);
+  vtkInformation* outInfo = outputVector->GetInformationObject(0);
+  outInfo->CopyEntry(probeInfo, vtkStreamingDemandDrivenPipeline::TIME_STEPS());
+  outInfo->CopyEntry(probeInfo, vtkStreamingDemandDrivenPipeline::TIME_RANGE());
+  if (probeInfo->Has(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT()))
+  {
+    outInfo->Set(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(),
+      probeInfo->Get(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT()), 6);
+  }
+  else
+  {
+    outInfo->Remove(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT());
+  }
+  outInfo->Set(vtkAlgorithm::CAN_HANDLE_PIECE_REQUEST(), 1);
+  return 1;
+}
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodProbe::RequestUpdateExtent(
+  vtkInformation*, vtkInformationVector** inputVector, vtkInformationVector* outputVector)
+{
+  // Every particle (results near a piece's border need the particles beyond it); the probe as
+  // the output is asked for.
+  vtkInformation* particleInfo = inputVector[0]->GetInformationObject(0);
+  vtkInformation* probeInfo = inputVector[1]->GetInformationObject(0);
+  vtkInformation* outInfo = outputVector->GetInformationObject(0);
+  particleInfo->Set(vtkStreamingDemandDrivenPipeline::UPDATE_PIECE_NUMBER(), 0);
+  particleInfo->Set(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES(), 1);
+  particleInfo->Set(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_GHOST_LEVELS(), 0);
+  if (particleInfo->Has(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT()))
+  {
+    particleInfo->Set(vtkStreamingDemandDrivenPipeline::UPDATE_EXTENT(),
+      particleInfo->Get(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT()), 6);
+  }
+  probeInfo->CopyEntry(outInfo, vtkStreamingDemandDrivenPipeline::UPDATE_PIECE_NUMBER());
+  probeInfo->CopyEntry(outInfo, vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES());
+  probeInfo->CopyEntry(outInfo, vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_GHOST_LEVELS());
+  probeInfo->CopyEntry(outInfo, vtkStreamingDemandDrivenPipeline::UPDATE_EXTENT());
+  return 1;
+}
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodProbe::RequestData(
+  vtkInformation*, vtkInformationVector** inputVector, vtkInformationVector* outputVector)
+{
+  vtkDataObject* particleInput = vtkDataObject::GetData(inputVector[0], 0);
+  vtkDataSet* probe = vtkDataSet::GetData(inputVector[1], 0);
+  vtkDataSet* output = vtkDataSet::GetData(outputVector, 0);
+  auto fail = [&](const std::string& message) {
+    vtkErrorMacro(<< message);
+    if (output)
+    {
+      output->Initialize();
+    }
+    this->SetLastRunInfo({ "error=" + message });
+    return 0;
+  };
+  if (!probe || !output)
+  {
+    return fail("The probe (Source) must be a vtkDataSet.");
+  }
+  std::string error;
+  vtkSmartPointer<vtkPointSet> particles = GatherParticles(particleInput, error);
+  if (!particles)
+  {
+    return fail(error);
+  }
+  if (particles->GetNumberOfPoints() == 0)
+  {
+    return fail("The particles (Input) have no points.");
+  }
+
+  QuerySpec queries;
+  queries.Count = probe->GetNumberOfPoints();
+  vtkSmartPointer<vtkDoubleArray> probePoints;
+  auto* image = vtkImageData::SafeDownCast(probe);
+  const int* extent = image ? image->GetExtent() : nullptr;
+  if (image && image->GetDirectionMatrix()->IsIdentity() && extent[0] == 0 && extent[2] == 0 && extent[4] == 0)
+  {
+    // An axis-aligned image: the engine generates its points (origin + ijk * spacing, as
+    // vtkImageData::GetPoint computes them).
+    queries.Kind = QuerySpec::GRID;
+    int dimensions[3];
+    image->GetDimensions(dimensions);
+    for (int a = 0; a < 3; ++a)
+    {
+      queries.Origin[a] = image->GetOrigin()[a];
+      queries.Spacing[a] = image->GetSpacing()[a];
+      queries.Dimensions[a] = dimensions[a];
+    }
+  }
+  else if (auto* pointSet = vtkPointSet::SafeDownCast(probe))
+  {
+    queries.Kind = QuerySpec::POINTS;
+    queries.Coordinates = pointSet->GetPoints() ? pointSet->GetPoints()->GetData() : nullptr;
+  }
+  else
+  {
+    // Rectilinear grids, images with a direction or a shifted extent: their points in double.
+    queries.Kind = QuerySpec::POINTS;
+    probePoints = vtkSmartPointer<vtkDoubleArray>::New();
+    probePoints->SetNumberOfComponents(3);
+    probePoints->SetNumberOfTuples(queries.Count);
+    for (vtkIdType i = 0; i < queries.Count; ++i)
+    {
+      double x[3];
+      probe->GetPoint(i, x);
+      probePoints->SetTypedTuple(i, x);
+    }
+    queries.Coordinates = probePoints;
+  }
+
+  ComputeResult result;
+  if (queries.Count == 0)
+  {
+    // An empty probe: nothing to compute; it passes through.
+    output->ShallowCopy(probe);
+    this->SetLastRunInfo({ "queries=0" });
+    return 1;
+  }
+  const int status = this->ComputeNeighborhood(particles, queries, result);
+  if (status == 2)
+  {
+    output->Initialize();
+    this->SetLastRunInfo({ "aborted=" + result.AbortMessage });
+    return 1;
+  }
+  if (status == 0)
+  {
+    return fail(result.Error);
+  }
+  output->ShallowCopy(probe);
+  for (const auto& array : result.Arrays)
+  {
+    output->GetPointData()->AddArray(array);
+  }
+  AttachInfo(probe, output, result.Info);
+  this->SetLastRunInfo(result.Info);
+  return 1;
+}
+
+//------------------------------------------------------------------------------
+void vtkPointNeighborhoodProbe::PrintSelf(ostream& os, vtkIndent indent)
+{
+  this->Superclass::PrintSelf(os, indent);
+  os << indent << "NullValue: " << this->NullValue << "\n";
+  os << indent << "ValidPointMaskArrayName: " << this->ValidPointMaskArrayName << "\n";
+}

@@ -1,0 +1,262 @@
+// vtkPointNeighborhoodVolume: the particles of port 0 as neighbors, results on a regular grid
+// chosen as ParaView's Bounded Volume chooses it. The engine generates the grid's points.
+#include "vtkPointNeighborhoodVolume.h"
+
+#include "vtkCompositeDataSet.h"
+#include "vtkDataObject.h"
+#include "vtkImageData.h"
+#include "vtkInformation.h"
+#include "vtkInformationVector.h"
+#include "vtkObjectFactory.h"
+#include "vtkPointData.h"
+#include "vtkPointSet.h"
+#include "vtkSmartPointer.h"
+#include "vtkStreamingDemandDrivenPipeline.h"
+
+#include <cmath>
+#include <sstream>
+
+vtkStandardNewMacro(vtkPointNeighborhoodVolume);
+
+namespace
+{
+
+/// The grid of a box [lo, hi]: Bounded Volume's rules (vtkBoundedVolumeSource::SetImageParameters).
+bool VolumeGrid(const double lo[3], const double hi[3], int mode, const int resolution[3], double cellSize,
+  double origin[3], double spacing[3], int cells[3], std::string& error)
+{
+  for (int a = 0; a < 3; ++a)
+  {
+    const double length = hi[a] - lo[a];
+    if (!(std::isfinite(lo[a]) && std::isfinite(length) && length >= 0.0))
+    {
+      error = "The volume's box is not a finite box.";
+      return false;
+    }
+    if (mode == vtkPointNeighborhoodVolume::USE_RESOLUTION)
+    {
+      if (resolution[a] < 1)
+      {
+        error = "Every component of the Resolution must be at least 1.";
+        return false;
+      }
+      cells[a] = resolution[a];
+      origin[a] = lo[a];
+      spacing[a] = length / resolution[a];
+    }
+    else
+    {
+      if (!(std::isfinite(cellSize) && cellSize > 0.0))
+      {
+        error = "The CellSize must be a finite number > 0.";
+        return false;
+      }
+      const double count = std::ceil(length / cellSize);
+      if (!(count < 2147483647.0))
+      {
+        error = "The CellSize is too small for the volume's box.";
+        return false;
+      }
+      cells[a] = static_cast<int>(std::max(1.0, count));
+      origin[a] = 0.5 * (lo[a] + hi[a]) - 0.5 * cells[a] * cellSize;
+      spacing[a] = cellSize;
+    }
+  }
+  return true;
+}
+
+} // namespace
+
+//------------------------------------------------------------------------------
+vtkPointNeighborhoodVolume::vtkPointNeighborhoodVolume() = default;
+vtkPointNeighborhoodVolume::~vtkPointNeighborhoodVolume() = default;
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodVolume::FillInputPortInformation(int port, vtkInformation* info)
+{
+  if (port != 0)
+  {
+    return 0;
+  }
+  info->Set(vtkAlgorithm::INPUT_REQUIRED_DATA_TYPE(), "vtkPointSet");
+  info->Append(vtkAlgorithm::INPUT_REQUIRED_DATA_TYPE(), "vtkCompositeDataSet");
+  return 1;
+}
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodVolume::FillOutputPortInformation(int, vtkInformation* info)
+{
+  info->Set(vtkDataObject::DATA_TYPE_NAME(), "vtkImageData");
+  return 1;
+}
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodVolume::RequestDataObject(
+  vtkInformation*, vtkInformationVector**, vtkInformationVector* outputVector)
+{
+  vtkInformation* outInfo = outputVector->GetInformationObject(0);
+  if (!vtkImageData::SafeDownCast(vtkDataObject::GetData(outInfo)))
+  {
+    outInfo->Set(vtkDataObject::DATA_OBJECT(), vtkSmartPointer<vtkImageData>::New());
+  }
+  return 1;
+}
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodVolume::RequestInformation(
+  vtkInformation*, vtkInformationVector**, vtkInformationVector* outputVector)
+{
+  // The extent is known here unless it depends on the particles' bounds (cell-size refinement
+  // of the particles' box): RequestData sets it then.
+  vtkInformation* outInfo = outputVector->GetInformationObject(0);
+  if (this->RefinementMode == USE_RESOLUTION || !this->UseParticleBounds)
+  {
+    double lo[3], hi[3], origin[3], spacing[3];
+    int cells[3];
+    const double padding = this->Padding < 0 ? 0.0 : this->Padding;
+    for (int a = 0; a < 3; ++a)
+    {
+      lo[a] = this->Origin[a] - padding;
+      hi[a] = this->Origin[a] + this->Scale[a] + padding;
+    }
+    std::string error;
+    if (VolumeGrid(lo, hi, this->RefinementMode, this->Resolution, this->CellSize, origin, spacing, cells, error))
+    {
+      const int extent[6] = { 0, cells[0], 0, cells[1], 0, cells[2] };
+      outInfo->Set(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), extent, 6);
+      if (!this->UseParticleBounds)
+      {
+        outInfo->Set(vtkDataObject::ORIGIN(), origin, 3);
+        outInfo->Set(vtkDataObject::SPACING(), spacing, 3);
+      }
+    }
+  }
+  return 1;
+}
+
+//------------------------------------------------------------------------------
+int vtkPointNeighborhoodVolume::RequestData(
+  vtkInformation*, vtkInformationVector** inputVector, vtkInformationVector* outputVector)
+{
+  vtkDataObject* particleInput = vtkDataObject::GetData(inputVector[0], 0);
+  vtkInformation* outInfo = outputVector->GetInformationObject(0);
+  vtkImageData* output = vtkImageData::GetData(outInfo);
+  auto fail = [&](const std::string& message) {
+    vtkErrorMacro(<< message);
+    if (output)
+    {
+      output->Initialize();
+    }
+    this->SetLastRunInfo({ "error=" + message });
+    return 0;
+  };
+  if (!output)
+  {
+    return fail("The output must be a vtkImageData.");
+  }
+  if (!(std::isfinite(this->Radius) && this->Radius > 0.0))
+  {
+    return fail("The radius must be a finite number > 0 (got " + std::to_string(this->Radius) + ").");
+  }
+  std::string error;
+  vtkSmartPointer<vtkPointSet> particles = GatherParticles(particleInput, error);
+  if (!particles)
+  {
+    return fail(error);
+  }
+  if (particles->GetNumberOfPoints() == 0)
+  {
+    return fail("The particles (Input) have no points.");
+  }
+
+  double lo[3], hi[3];
+  if (this->UseParticleBounds)
+  {
+    double bounds[6];
+    particles->GetBounds(bounds);
+    const double padding = this->Padding < 0 ? this->Radius : this->Padding;
+    for (int a = 0; a < 3; ++a)
+    {
+      lo[a] = bounds[2 * a] - padding;
+      hi[a] = bounds[2 * a + 1] + padding;
+    }
+  }
+  else
+  {
+    const double padding = this->Padding < 0 ? 0.0 : this->Padding;
+    for (int a = 0; a < 3; ++a)
+    {
+      lo[a] = this->Origin[a] - padding;
+      hi[a] = this->Origin[a] + this->Scale[a] + padding;
+    }
+  }
+  double origin[3], spacing[3];
+  int cells[3];
+  if (!VolumeGrid(lo, hi, this->RefinementMode, this->Resolution, this->CellSize, origin, spacing, cells, error))
+  {
+    return fail(error);
+  }
+  const double points = double(cells[0] + 1) * double(cells[1] + 1) * double(cells[2] + 1);
+  if (points > 2147483646.0)
+  {
+    std::ostringstream s;
+    s << "The volume would have " << points << " points; at most 2^31 - 2 are supported. Lower the Resolution or "
+      << "raise the CellSize.";
+    return fail(s.str());
+  }
+  const int extent[6] = { 0, cells[0], 0, cells[1], 0, cells[2] };
+  outInfo->Set(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), extent, 6);
+
+  QuerySpec queries;
+  queries.Kind = QuerySpec::GRID;
+  for (int a = 0; a < 3; ++a)
+  {
+    queries.Origin[a] = origin[a];
+    queries.Spacing[a] = spacing[a];
+    queries.Dimensions[a] = cells[a] + 1;
+  }
+  queries.Count = static_cast<vtkIdType>(points);
+  ComputeResult result;
+  const int status = this->ComputeNeighborhood(particles, queries, result);
+  if (status == 2)
+  {
+    output->Initialize();
+    this->SetLastRunInfo({ "aborted=" + result.AbortMessage });
+    return 1;
+  }
+  if (status == 0)
+  {
+    return fail(result.Error);
+  }
+  output->Initialize();
+  output->SetExtent(extent[0], extent[1], extent[2], extent[3], extent[4], extent[5]);
+  output->SetOrigin(origin);
+  output->SetSpacing(spacing);
+  for (const auto& array : result.Arrays)
+  {
+    output->GetPointData()->AddArray(array);
+  }
+  if (result.Arrays.size() > 0)
+  {
+    output->GetPointData()->SetActiveScalars(result.Arrays[0]->GetName());
+  }
+  AttachInfo(particles, output, result.Info);
+  this->SetLastRunInfo(result.Info);
+  return 1;
+}
+
+//------------------------------------------------------------------------------
+void vtkPointNeighborhoodVolume::PrintSelf(ostream& os, vtkIndent indent)
+{
+  this->Superclass::PrintSelf(os, indent);
+  os << indent << "UseParticleBounds: " << this->UseParticleBounds << "\n";
+  os << indent << "Origin: " << this->Origin[0] << ", " << this->Origin[1] << ", " << this->Origin[2] << "\n";
+  os << indent << "Scale: " << this->Scale[0] << ", " << this->Scale[1] << ", " << this->Scale[2] << "\n";
+  os << indent << "Padding: " << this->Padding << "\n";
+  os << indent << "RefinementMode: " << this->RefinementMode << "\n";
+  os << indent << "Resolution: " << this->Resolution[0] << ", " << this->Resolution[1] << ", " << this->Resolution[2]
+     << "\n";
+  os << indent << "CellSize: " << this->CellSize << "\n";
+  os << indent << "NullValue: " << this->NullValue << "\n";
+  os << indent << "ValidPointMaskArrayName: " << this->ValidPointMaskArrayName << "\n";
+}
