@@ -365,7 +365,10 @@ void TestVolume(vtkPolyData* particles)
   vtkNew<vtkImageData> same;
   same->CopyStructure(image);
   auto probed = Probe(particles, same, vtkPointNeighborhoodFilter::DENSITY, 0, radius, "volume as a probe");
-  NG_CHECK(Array(image, "Density") == Array(probed, "Density"), "the volume differs from probing its grid");
+  // Not bit for bit: the GPU's counting sort orders a cell's particles by atomics, so sums may
+  // round differently from run to run.
+  NG_CHECK(ScaledError(Array(image, "Density"), Array(probed, "Density")) <= 1e-6,
+    "the volume differs from probing its grid");
   NG_CHECK(image->GetPointData()->GetArray("vtkValidPointMask"), "the volume has no validity mask");
 
   // Cell-size refinement of a given box: ceil(length / size) cells, centered.
