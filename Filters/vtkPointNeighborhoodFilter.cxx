@@ -962,6 +962,8 @@ void vtkPointNeighborhoodFilter::PrintSelf(ostream& os, vtkIndent indent)
      << neighborgrid::toString(BackendToEngine(this->Backend)) << ")\n";
   os << indent << "Method: " << this->Method << " ("
      << neighborgrid::toString(MethodToEngine(this->Method)) << ")\n";
+  os << indent << "NullValue: " << this->NullValue << "\n";
+  os << indent << "ValidPointMaskArrayName: " << this->ValidPointMaskArrayName << "\n";
   os << indent << "LastRunInfo: " << (this->LastRunInfo.empty() ? "(none)\n" : "\n");
   std::istringstream lines(this->LastRunInfo);
   for (std::string line; std::getline(lines, line);)

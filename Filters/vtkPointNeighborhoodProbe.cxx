@@ -236,6 +236,4 @@ int vtkPointNeighborhoodProbe::RequestData(
 void vtkPointNeighborhoodProbe::PrintSelf(ostream& os, vtkIndent indent)
 {
   this->Superclass::PrintSelf(os, indent);
-  os << indent << "NullValue: " << this->NullValue << "\n";
-  os << indent << "ValidPointMaskArrayName: " << this->ValidPointMaskArrayName << "\n";
 }

@@ -257,6 +257,4 @@ void vtkPointNeighborhoodVolume::PrintSelf(ostream& os, vtkIndent indent)
   os << indent << "Resolution: " << this->Resolution[0] << ", " << this->Resolution[1] << ", " << this->Resolution[2]
      << "\n";
   os << indent << "CellSize: " << this->CellSize << "\n";
-  os << indent << "NullValue: " << this->NullValue << "\n";
-  os << indent << "ValidPointMaskArrayName: " << this->ValidPointMaskArrayName << "\n";
 }

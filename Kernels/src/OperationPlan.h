@@ -6,6 +6,7 @@
 #include "Operations.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace neighborgrid
 {
@@ -31,8 +32,9 @@ enum class WeightMode
   Mass
 };
 
+/// The operation of one smoothing pass: `Components` components of array `array` from `first`.
 template <int Components, class Executor>
-void smoothComponents(Executor& ex, const Problem& p, std::size_t array, int first, bool shepard)
+SmoothingOperation<Components> smoothingPass(Executor& ex, const Problem& p, std::size_t array, int first, bool shepard)
 {
   SmoothingOperation<Components> op;
   op.kernel = ex.kernel();
@@ -41,35 +43,34 @@ void smoothComponents(Executor& ex, const Problem& p, std::size_t array, int fir
   op.output = ex.smoothingOutput(array);
   op.outputStride = (*p.smoothed)[array].components;
   op.firstComponent = first;
-  ex.search(op, "smoothing");
+  return op;
 }
 
-template <int Components, class Executor>
-void smoothQueryComponents(Executor& ex, const Problem& p, std::size_t array, int first, bool shepard)
-{
-  QueryOperation<SmoothingOperation<Components>> query;
-  SmoothingOperation<Components>& op = query.op;
-  op.kernel = ex.kernel();
-  op.values = ex.gatherValues(array, first, Components);
-  op.shepard = shepard;
-  op.output = ex.smoothingOutput(array);
-  op.outputStride = (*p.smoothed)[array].components;
-  op.firstComponent = first;
-  query.valid = ex.validOutput();
-  query.nullValue = p.nullValue;
-  ex.searchQueries(query, "smoothing");
-}
-
-/// Each array's components in passes of at most maxComponentsPerPass.
-template <class Smooth>
-void forEachComponentPass(const Problem& p, Smooth smooth)
+/// Every array's components in passes of at most maxComponentsPerPass: run(op) with each pass's
+/// operation.
+template <class Executor, class Run>
+void forEachSmoothingPass(Executor& ex, const Problem& p, bool shepard, Run run)
 {
   for (std::size_t a = 0; a < p.smoothed->size(); ++a)
   {
     const int components = (*p.smoothed)[a].components;
     for (int first = 0; first < components; first += maxComponentsPerPass)
     {
-      smooth(a, first, std::min(maxComponentsPerPass, components - first));
+      switch (std::min(maxComponentsPerPass, components - first))
+      {
+        case 1:
+          run(smoothingPass<1>(ex, p, a, first, shepard));
+          break;
+        case 2:
+          run(smoothingPass<2>(ex, p, a, first, shepard));
+          break;
+        case 3:
+          run(smoothingPass<3>(ex, p, a, first, shepard));
+          break;
+        default:
+          run(smoothingPass<4>(ex, p, a, first, shepard));
+          break;
+      }
     }
   }
 }
@@ -125,22 +126,12 @@ void runQueryOperation(Executor& ex, const Problem& p)
         ex.search(sourceDensity, "source density");
         ex.divideWeightsByDensity(sourceDensity.orderedOutput);
       }
-      forEachComponentPass(p, [&](std::size_t a, int first, int count) {
-        switch (count)
-        {
-          case 1:
-            smoothQueryComponents<1>(ex, p, a, first, shepard);
-            break;
-          case 2:
-            smoothQueryComponents<2>(ex, p, a, first, shepard);
-            break;
-          case 3:
-            smoothQueryComponents<3>(ex, p, a, first, shepard);
-            break;
-          default:
-            smoothQueryComponents<4>(ex, p, a, first, shepard);
-            break;
-        }
+      forEachSmoothingPass(ex, p, shepard, [&](const auto& op) {
+        QueryOperation<std::decay_t<decltype(op)>> query;
+        query.op = op;
+        query.valid = ex.validOutput();
+        query.nullValue = p.nullValue;
+        ex.searchQueries(query, "smoothing");
       });
       break;
     }
@@ -193,28 +184,7 @@ void runOperation(Executor& ex, const Problem& p)
         ex.search(density, "density");
         ex.divideWeightsByDensity(density.orderedOutput);
       }
-      for (std::size_t a = 0; a < p.smoothed->size(); ++a)
-      {
-        const int components = (*p.smoothed)[a].components;
-        for (int first = 0; first < components; first += maxComponentsPerPass)
-        {
-          switch (std::min(maxComponentsPerPass, components - first))
-          {
-            case 1:
-              smoothComponents<1>(ex, p, a, first, shepard);
-              break;
-            case 2:
-              smoothComponents<2>(ex, p, a, first, shepard);
-              break;
-            case 3:
-              smoothComponents<3>(ex, p, a, first, shepard);
-              break;
-            default:
-              smoothComponents<4>(ex, p, a, first, shepard);
-              break;
-          }
-        }
-      }
+      forEachSmoothingPass(ex, p, shepard, [&](const auto& op) { ex.search(op, "smoothing"); });
       break;
     }
   }

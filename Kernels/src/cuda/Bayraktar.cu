@@ -183,15 +183,7 @@ public:
   double cellSize() const override { return cellSize_; }
   Particle* particles() override { return cells_.particleRegion(); }
   const std::int32_t* orderToInput() const override { return cells_.orderToInput(); }
-  QuerySource querySource() override
-  {
-    QuerySource q;
-    q.table = cells_.table();
-    q.particles = particles();
-    q.orderToInput = orderToInput();
-    q.reach = 1;
-    return q;
-  }
+  QuerySource querySource() override { return cellQuerySource(cells_.table(), particles(), orderToInput(), 1); }
   std::int64_t heldBytes() const override
   {
     return cells_.heldBytes() +

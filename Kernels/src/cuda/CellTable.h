@@ -55,6 +55,18 @@ struct QuerySource
   bool bruteForce = false;
 };
 
+/// The query source of a method whose particles lie, by cell, in `table`.
+inline QuerySource cellQuerySource(const CellTable& table, const Particle* particles,
+  const std::int32_t* orderToInput, int reach)
+{
+  QuerySource q;
+  q.table = table;
+  q.particles = particles;
+  q.orderToInput = orderToInput;
+  q.reach = reach;
+  return q;
+}
+
 /// The lookup size for n points on this layout when the cells are not counted yet: at most one
 /// cell per point, and no more than the key space.
 inline std::int64_t cellCapacity(std::int64_t n, const KeyLayout& layout)

@@ -107,15 +107,7 @@ public:
   double cellSize() const override { return cellSize_; }
   Particle* particles() override { return wide_ ? radix_.particleRegion() : particles_.get(); }
   const std::int32_t* orderToInput() const override { return wide_ ? radix_.orderToInput() : orderToInput_.get(); }
-  QuerySource querySource() override
-  {
-    QuerySource q;
-    q.table = table_;
-    q.particles = particles();
-    q.orderToInput = orderToInput();
-    q.reach = 1;
-    return q;
-  }
+  QuerySource querySource() override { return cellQuerySource(table_, particles(), orderToInput(), 1); }
   std::int64_t heldBytes() const override
   {
     return slots_.heldBytes() + radix_.heldBytes() +

@@ -161,12 +161,8 @@ public:
   /// shared memory is for blocks whose own points are the particles of a cell.
   QuerySource querySource() override
   {
-    QuerySource q;
-    q.table = slots_.table(layout_.start);
+    QuerySource q = cellQuerySource(slots_.table(layout_.start), particles_.get(), orderToInput_.get(), 1);
     q.secondStart = layout_.claws ? layout_.start + layout_.slots : nullptr;
-    q.particles = particles_.get();
-    q.orderToInput = orderToInput_.get();
-    q.reach = 1;
     return q;
   }
   std::int64_t heldBytes() const override
