@@ -2,7 +2,9 @@
 // chosen as ParaView's Bounded Volume chooses it. The engine generates the grid's points.
 #include "vtkPointNeighborhoodVolume.h"
 
+#include "vtkAlgorithmOutput.h"
 #include "vtkCompositeDataSet.h"
+#include "vtkDataSet.h"
 #include "vtkDataObject.h"
 #include "vtkImageData.h"
 #include "vtkInformation.h"
@@ -104,34 +106,106 @@ int vtkPointNeighborhoodVolume::RequestDataObject(
 
 //------------------------------------------------------------------------------
 int vtkPointNeighborhoodVolume::RequestInformation(
-  vtkInformation*, vtkInformationVector**, vtkInformationVector* outputVector)
+  vtkInformation*, vtkInformationVector** inputVector, vtkInformationVector* outputVector)
 {
-  // The extent is known here unless it depends on the particles' bounds (cell-size refinement
-  // of the particles' box): RequestData sets it then.
+  // An image's whole extent belongs here, before any data: consumers (ParaView's volume
+  // representation among them) size their requests by it. With cell-size refinement of the
+  // particles' box the extent depends on the particles' bounds, so the particles are brought up
+  // to date now (the pipeline's own update then finds them current and does not run them again).
   vtkInformation* outInfo = outputVector->GetInformationObject(0);
-  if (this->RefinementMode == USE_RESOLUTION || !this->UseParticleBounds)
+  double lo[3], hi[3];
+  bool boxKnown = true;
+  if (this->UseParticleBounds)
   {
-    double lo[3], hi[3], origin[3], spacing[3];
-    int cells[3];
+    const double padding = this->Padding < 0 ? this->Radius : this->Padding;
+    double bounds[6] = { 0, -1, 0, -1, 0, -1 };
+    if (this->RefinementMode == USE_CELL_SIZE)
+    {
+      boxKnown = this->UpdatedParticleBounds(inputVector[0]->GetInformationObject(0), outInfo, bounds);
+    }
+    else
+    {
+      bounds[0] = bounds[2] = bounds[4] = 0.0; // resolution mode: the extent does not depend on the box
+      bounds[1] = bounds[3] = bounds[5] = 1.0;
+    }
+    for (int a = 0; a < 3; ++a)
+    {
+      lo[a] = bounds[2 * a] - padding;
+      hi[a] = bounds[2 * a + 1] + padding;
+    }
+  }
+  else
+  {
     const double padding = this->Padding < 0 ? 0.0 : this->Padding;
     for (int a = 0; a < 3; ++a)
     {
       lo[a] = this->Origin[a] - padding;
       hi[a] = this->Origin[a] + this->Scale[a] + padding;
     }
-    std::string error;
-    if (VolumeGrid(lo, hi, this->RefinementMode, this->Resolution, this->CellSize, origin, spacing, cells, error))
+  }
+  double origin[3], spacing[3];
+  int cells[3];
+  std::string error;
+  if (boxKnown &&
+    VolumeGrid(lo, hi, this->RefinementMode, this->Resolution, this->CellSize, origin, spacing, cells, error))
+  {
+    const int extent[6] = { 0, cells[0], 0, cells[1], 0, cells[2] };
+    outInfo->Set(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), extent, 6);
+    if (!this->UseParticleBounds)
     {
-      const int extent[6] = { 0, cells[0], 0, cells[1], 0, cells[2] };
-      outInfo->Set(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), extent, 6);
-      if (!this->UseParticleBounds)
-      {
-        outInfo->Set(vtkDataObject::ORIGIN(), origin, 3);
-        outInfo->Set(vtkDataObject::SPACING(), spacing, 3);
-      }
+      outInfo->Set(vtkDataObject::ORIGIN(), origin, 3);
+      outInfo->Set(vtkDataObject::SPACING(), spacing, 3);
     }
   }
+  else
+  {
+    // Bad settings or no particles: RequestData reports the error and leaves the output empty.
+    const int empty[6] = { 0, -1, 0, -1, 0, -1 };
+    outInfo->Set(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), empty, 6);
+  }
   return 1;
+}
+
+//------------------------------------------------------------------------------
+bool vtkPointNeighborhoodVolume::UpdatedParticleBounds(
+  vtkInformation* inInfo, vtkInformation* outInfo, double bounds[6])
+{
+  vtkAlgorithmOutput* connection = this->GetInputConnection(0, 0);
+  if (!connection || !inInfo)
+  {
+    return false;
+  }
+  // The piece this output was last asked for (the whole data when none yet).
+  int piece = 0, pieces = 1;
+  if (outInfo->Has(vtkStreamingDemandDrivenPipeline::UPDATE_PIECE_NUMBER()) &&
+    outInfo->Has(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES()))
+  {
+    piece = outInfo->Get(vtkStreamingDemandDrivenPipeline::UPDATE_PIECE_NUMBER());
+    pieces = outInfo->Get(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES());
+  }
+  vtkAlgorithm* producer = connection->GetProducer();
+  if (!producer->UpdatePiece(piece, pieces, 0))
+  {
+    return false;
+  }
+  vtkDataObject* particles = producer->GetOutputDataObject(connection->GetIndex());
+  if (auto* composite = vtkCompositeDataSet::SafeDownCast(particles))
+  {
+    composite->GetBounds(bounds);
+  }
+  else if (auto* set = vtkDataSet::SafeDownCast(particles))
+  {
+    if (set->GetNumberOfPoints() == 0)
+    {
+      return false;
+    }
+    set->GetBounds(bounds);
+  }
+  else
+  {
+    return false;
+  }
+  return bounds[0] <= bounds[1] && bounds[2] <= bounds[3] && bounds[4] <= bounds[5];
 }
 
 //------------------------------------------------------------------------------

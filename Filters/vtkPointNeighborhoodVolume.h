@@ -16,6 +16,10 @@
  *   ceil(length / CellSize) cells per axis, centered on the box.
  * Grid points are generated on the device from origin, spacing and dimensions, never stored or
  * uploaded; only the result arrays come back.
+ *
+ * The whole extent is reported in RequestInformation, as consumers of images expect. With
+ * USE_CELL_SIZE over the particles' bounds it depends on the particles, so RequestInformation
+ * brings them up to date first (the update that follows finds them current).
  */
 #ifndef vtkPointNeighborhoodVolume_h
 #define vtkPointNeighborhoodVolume_h
@@ -69,6 +73,9 @@ protected:
   int RequestInformation(vtkInformation*, vtkInformationVector**, vtkInformationVector*) override;
   int RequestData(vtkInformation*, vtkInformationVector**, vtkInformationVector*) override;
   bool ProcessesBlocksSeparately() const override { return false; }
+  /// The particles' bounds for RequestInformation, the particles updated first; false when there
+  /// are none.
+  bool UpdatedParticleBounds(vtkInformation* inInfo, vtkInformation* outInfo, double bounds[6]);
 
   bool UseParticleBounds = true;
   double Origin[3] = { 0, 0, 0 };

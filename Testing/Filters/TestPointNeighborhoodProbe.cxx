@@ -24,6 +24,8 @@
 #include <vtkUnstructuredGrid.h>
 #include <vtkWendlandQuinticKernel.h>
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 namespace
@@ -386,8 +388,15 @@ void TestVolume(vtkPolyData* particles)
   volume->GetOutputInformation(0)->Get(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), whole);
   NG_CHECK(whole[1] == 27 && whole[3] == 14 && whole[5] == 7, "the whole extent does not match the volume");
 
-  // Cell-size refinement of the particles' box: the extent is known only in RequestData.
+  // Cell-size refinement of the particles' box: the extent depends on the particles, and still
+  // belongs to RequestInformation (consumers such as ParaView's volume representation size their
+  // requests by it; a late extent rendered nothing).
   volume->SetUseParticleBounds(true);
+  volume->UpdateInformation();
+  volume->GetOutputInformation(0)->Get(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), whole);
+  const int expectedCells = static_cast<int>(std::ceil((bounds[1] - bounds[0] + 2 * radius) / 0.3));
+  NG_CHECK(whole[0] == 0 && whole[1] == expectedCells,
+    "before the data, the whole extent along x is " << whole[0] << ".." << whole[1] << ", expected 0.." << expectedCells);
   volume->Update();
   image = vtkImageData::SafeDownCast(volume->GetOutputDataObject(0));
   image->GetDimensions(dims);
@@ -395,6 +404,10 @@ void TestVolume(vtkPolyData* particles)
   NG_CHECK(dims[0] == expected, "cell size over the particles' box: " << dims[0] << " points, expected " << expected);
   NG_CHECK(image->GetPointData()->GetArray("Density")->GetNumberOfTuples() == image->GetNumberOfPoints(),
     "the density does not cover the volume");
+  int extent[6];
+  image->GetExtent(extent);
+  volume->GetOutputInformation(0)->Get(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), whole);
+  NG_CHECK(std::equal(extent, extent + 6, whole), "the volume's extent is not its whole extent");
 }
 
 void TestErrors(vtkPolyData* particles)

@@ -1111,6 +1111,27 @@ QueryCase makeQueryCase(const std::string& name)
     c.queryGrid.spacing[0] = 0.37, c.queryGrid.spacing[1] = 0.41, c.queryGrid.spacing[2] = 0.6;
     c.queryGrid.dimensions[0] = 33, c.queryGrid.dimensions[1] = 31, c.queryGrid.dimensions[2] = 17;
   }
+  else if (name == "denseGrid")
+  {
+    // Grid queries by bricks (Queries.cuh) with more particles near a brick than it stages at
+    // once (several rounds), partial bricks, and a grid running backwards along y.
+    c.source = ngtest::makeCloud("clustered", 10000, 2.5, 46);
+    c.radius = 0.5;
+    c.grid = true;
+    c.queryGrid.origin[0] = -0.2, c.queryGrid.origin[1] = 2.3, c.queryGrid.origin[2] = 0.1;
+    c.queryGrid.spacing[0] = 0.083, c.queryGrid.spacing[1] = -0.09, c.queryGrid.spacing[2] = 0.11;
+    c.queryGrid.dimensions[0] = 25, c.queryGrid.dimensions[1] = 23, c.queryGrid.dimensions[2] = 13;
+  }
+  else if (name == "coarseGrid")
+  {
+    // A grid far coarser than R: bricks reach too many cells and gather point by point.
+    c.source = ngtest::makeCloud("uniform", 3000, 20.0, 47);
+    c.radius = 0.3;
+    c.grid = true;
+    c.queryGrid.origin[0] = -0.5, c.queryGrid.origin[1] = 0.2, c.queryGrid.origin[2] = 0.1;
+    c.queryGrid.spacing[0] = 2.5, c.queryGrid.spacing[1] = 2.3, c.queryGrid.spacing[2] = 0.15;
+    c.queryGrid.dimensions[0] = 9, c.queryGrid.dimensions[1] = 10, c.queryGrid.dimensions[2] = 13;
+  }
   else if (name == "line")
   {
     // A line through a dense stack, in double: many queries on cell boundaries.
@@ -1262,7 +1283,7 @@ TEST_P(EngineQueries, EveryOperationMatchesDoubleBruteForce)
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sets, EngineQueries, testing::Values("points", "grid", "line", "outliers", "planar"));
+INSTANTIATE_TEST_SUITE_P(Sets, EngineQueries, testing::Values("points", "grid", "denseGrid", "coarseGrid", "line", "outliers", "planar"));
 
 TEST_F(EngineErrors, RejectsBadQueries)
 {

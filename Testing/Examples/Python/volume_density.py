@@ -63,8 +63,10 @@ if not args.no_image:
     lut.ApplyPreset("Inferno (matplotlib)", True)
     lut.RescaleTransferFunction(0.0, high)
     opacity = simple.GetOpacityTransferFunction("Density")
-    # Water (about 0.6 amu/A^3) faint, the lipid head groups (densest) opaque.
-    opacity.Points = [0.0, 0.0, 0.5, 0.0, 0.5 * high, 0.02, 0.5, 0.0, high, 0.6, 0.5, 0.0]
+    # The thin rim where atoms end and the lipid tails clear, water (about 0.6 amu/A^3) faint, the
+    # head groups (densest) opaque.
+    opacity.Points = [0.0, 0.0, 0.5, 0.0, 0.45 * high, 0.0, 0.5, 0.0, 0.6 * high, 0.015, 0.5, 0.0,
+                      high, 0.7, 0.5, 0.0]
     display.SetScalarBarVisibility(view, True)
     bar = simple.GetScalarBar(lut, view)
     bar.Title = "Density (amu/A^3)"
@@ -77,6 +79,7 @@ if not args.no_image:
     view.CameraViewUp = [0.0, 0.0, 1.0]
     simple.Render(view)
     view.ResetCamera()
+    view.GetActiveCamera().Dolly(1.6)
     path = os.path.join(args.out, "sample-volume.png")
     simple.SaveScreenshot(path, view, ImageResolution=[1000, 900])
     print("wrote", path)
