@@ -108,6 +108,8 @@ struct Problem
   float nullValue = 0.0f;
   QuerySet queries;
   const ProgressReporter* progress = nullptr;
+  // SPH smoothing of queries: `mass` holds m_j / rho_j already (periodic boxes, Periodic.h).
+  bool sphWeightsGiven = false;
 
   /// Entries per output array: one per query.
   std::int64_t resultCount() const { return queries.separate ? queries.count : count; }

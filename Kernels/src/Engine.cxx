@@ -1,6 +1,7 @@
 // Engine: validates a request, converts coordinates to float relative to the bounds' minimum,
 // picks the backend and method, and hands the problem to the backend.
 #include "Backend.h"
+#include "Periodic.h"
 #include "Parallel.h"
 #include "Timer.h"
 
@@ -364,6 +365,9 @@ struct Engine::Impl
   std::int64_t deviceMemoryLimit = 0;
   std::unique_ptr<detail::BackendImplementation> cpu;
   std::unique_ptr<detail::BackendImplementation> cuda;
+
+  /// A validated request on an open box.
+  Report runOpen(const Request& request, const detail::RunOptions& options);
 };
 
 Engine::Engine() : impl_(new Impl) {}
@@ -406,16 +410,15 @@ bool Engine::cudaAvailable(std::string* why)
 #endif
 }
 
-Report Engine::run(const Request& request)
+Report Engine::Impl::runOpen(const Request& request, const detail::RunOptions& options)
 {
-  validate(request);
   const bool separate = hasSource(request);
   const Points& particles = separate ? request.source : request.points;
   const std::int64_t n = particles.count;
   const bool usesMass = detail::operationUsesMass(request.operation, request.normalization);
   if (usesMass && request.mass)
   {
-    checkMass(request.mass, n, impl_->threads);
+    checkMass(request.mass, n, threads);
   }
 
   Report report;
@@ -457,20 +460,20 @@ Report Engine::run(const Request& request)
   detail::BackendImplementation* implementation = nullptr;
   if (backend == Backend::CPU)
   {
-    if (!impl_->cpu)
+    if (!cpu)
     {
-      impl_->cpu = detail::makeCpuBackend(impl_->threads);
+      cpu = detail::makeCpuBackend(threads);
     }
-    implementation = impl_->cpu.get();
+    implementation = cpu.get();
   }
   else
   {
 #if defined(NEIGHBORGRID_HAS_CUDA)
-    if (!impl_->cuda)
+    if (!cuda)
     {
-      impl_->cuda = detail::makeCudaBackend(impl_->deviceMemoryLimit);
+      cuda = detail::makeCudaBackend(deviceMemoryLimit);
     }
-    implementation = impl_->cuda.get();
+    implementation = cuda.get();
 #endif
   }
 
@@ -495,7 +498,7 @@ Report Engine::run(const Request& request)
       try
       {
         double lo[3], hi[3];
-        detail::findBoundsOnHost(request.points, impl_->threads, lo, hi);
+        detail::findBoundsOnHost(request.points, threads, lo, hi);
       }
       catch (const Error& error)
       {
@@ -521,12 +524,13 @@ Report Engine::run(const Request& request)
   problem.neighborCount = request.neighborCount;
   problem.density = request.density;
   problem.progress = &progress;
+  problem.sphWeightsGiven = options.sphWeightsGiven;
 
   report.neighborPairs = -1;
   try
   {
     detail::Timer timer;
-    implementation->prepareCoordinates(particles, impl_->threads, problem);
+    implementation->prepareCoordinates(particles, threads, problem);
     detail::addStage(report, "coordinates", timer.milliseconds());
     implementation->run(problem, report);
   }
@@ -542,7 +546,7 @@ Report Engine::run(const Request& request)
     {
       // A sticky error (an illegal address, a failed launch) ends the CUDA context for good.
       std::string next = detail::cudaMarkContextLost();
-      impl_->cuda.reset();
+      cuda.reset();
       throw Error(std::string(error.what()) + ". " + next);
     }
 #endif
@@ -551,6 +555,20 @@ Report Engine::run(const Request& request)
   report.backend = backend;
   progress(1.0, "done");
   return report;
+}
+
+Report Engine::run(const Request& request)
+{
+  validate(request);
+  detail::validatePeriodicBox(request);
+  if (detail::isPeriodic(request))
+  {
+    return detail::runPeriodic(request, impl_->threads, [this](const Request& open, const detail::RunOptions& options) {
+      validate(open);
+      return impl_->runOpen(open, options);
+    });
+  }
+  return impl_->runOpen(request, detail::RunOptions());
 }
 
 } // namespace neighborgrid

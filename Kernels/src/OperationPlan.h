@@ -109,6 +109,10 @@ void runQueryOperation(Executor& ex, const Problem& p)
       {
         ex.setWeights(WeightMode::One);
       }
+      else if (p.sphWeightsGiven)
+      {
+        ex.setWeights(WeightMode::Mass); // m_j / rho_j, from the caller
+      }
       else
       {
         ex.setWeights(WeightMode::Mass);

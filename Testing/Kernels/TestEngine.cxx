@@ -1316,6 +1316,378 @@ TEST_F(EngineErrors, RejectsBadQueries)
   expectError(single, "separate source");
 }
 
+// Periodic boxes (Request::periodic) against a double brute force over every image.
+struct PeriodicCase
+{
+  std::string name;
+  Cloud particles;
+  bool periodic[3] = { true, true, true };
+  double origin[3] = { 0, 0, 0 };
+  double lengths[3] = { 1, 1, 1 };
+  double radius = 1.0;
+};
+
+/// The documented wrap: kept when inside [o, o + L), else x - L floor((x - o) / L), in double.
+double wrapReference(double x, double o, double L)
+{
+  if (x >= o && x < o + L)
+  {
+    return x;
+  }
+  double w = x - L * std::floor((x - o) / L);
+  if (w >= o + L)
+  {
+    w -= L;
+  }
+  return w < o ? o : w;
+}
+
+PeriodicCase makePeriodicCase(const std::string& name)
+{
+  PeriodicCase c;
+  c.name = name;
+  auto unwrapSome = [&](double scale) {
+    // Every seventh point moved by whole box lengths (an unwrapped trajectory).
+    for (std::int64_t i = 0; i < c.particles.size(); i += 7)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        if (c.periodic[a])
+        {
+          c.particles.xyz[3 * i + a] += scale * c.lengths[a] * double(int(i % 5) - 2);
+        }
+      }
+    }
+    c.particles.xyzFloat.assign(c.particles.xyz.begin(), c.particles.xyz.end());
+    if (c.particles.asFloat)
+    {
+      c.particles.xyz.assign(c.particles.xyzFloat.begin(), c.particles.xyzFloat.end());
+    }
+  };
+  if (name == "small")
+  {
+    // R well below half the box; points on the faces and outside it.
+    c.particles = ngtest::makeCloud("uniform", 2500, 10.0, 51, false);
+    c.lengths[0] = c.lengths[1] = c.lengths[2] = 10.0;
+    c.radius = 1.3;
+    c.particles.xyz[0] = 0.0, c.particles.xyz[1] = 10.0, c.particles.xyz[2] = 9.999999;
+    unwrapSome(1.0);
+  }
+  else if (name == "large")
+  {
+    // R above half of every box length: several images of one point are neighbors.
+    c.particles = ngtest::makeCloud("clustered", 300, 3.0, 52, false);
+    c.origin[0] = -1.0, c.origin[1] = 0.5, c.origin[2] = 2.0;
+    c.lengths[0] = 3.0, c.lengths[1] = 4.0, c.lengths[2] = 5.0;
+    c.radius = 2.7;
+    for (std::int64_t i = 0; i < c.particles.size(); ++i)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        c.particles.xyz[3 * i + a] += c.origin[a];
+      }
+    }
+    unwrapSome(3.0);
+  }
+  else if (name == "oneAxis")
+  {
+    // Periodic along y only, float coordinates.
+    c.particles = ngtest::makeCloud("uniform", 2000, 6.0, 53, true);
+    c.periodic[0] = c.periodic[2] = false;
+    c.lengths[1] = 6.0;
+    c.radius = 0.9;
+    unwrapSome(1.0);
+  }
+  else // "planar": 2D, periodic in x and y
+  {
+    c.particles = ngtest::makeCloud("planar", 2000, 8.0, 54, true);
+    c.periodic[2] = false;
+    c.lengths[0] = c.lengths[1] = 8.0;
+    c.radius = 1.1;
+    unwrapSome(2.0);
+  }
+  return c;
+}
+
+/// Neighbors of wrapped query points among every image of the wrapped particles.
+struct PeriodicReference
+{
+  std::vector<std::vector<std::int32_t>> neighbors;
+  std::vector<std::vector<double>> distance;
+
+  PeriodicReference(const PeriodicCase& c, const std::vector<double>& queries, bool wrapQueries)
+  {
+    const std::int64_t n = c.particles.size(), m = static_cast<std::int64_t>(queries.size() / 3);
+    std::vector<double> w(3 * n);
+    for (std::int64_t j = 0; j < n; ++j)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        const double x = c.particles.xyz[3 * j + a];
+        w[3 * j + a] = c.periodic[a] ? wrapReference(x, c.origin[a], c.lengths[a]) : x;
+      }
+    }
+    int reach[3];
+    for (int a = 0; a < 3; ++a)
+    {
+      reach[a] = c.periodic[a] ? int(std::ceil(c.radius / c.lengths[a])) + 1 : 0;
+    }
+    neighbors.resize(m);
+    distance.resize(m);
+    for (std::int64_t q = 0; q < m; ++q)
+    {
+      double x[3];
+      for (int a = 0; a < 3; ++a)
+      {
+        x[a] = queries[3 * q + a];
+        if (wrapQueries && c.periodic[a])
+        {
+          x[a] = wrapReference(x[a], c.origin[a], c.lengths[a]);
+        }
+      }
+      for (std::int64_t j = 0; j < n; ++j)
+      {
+        for (int kz = -reach[2]; kz <= reach[2]; ++kz)
+        {
+          for (int ky = -reach[1]; ky <= reach[1]; ++ky)
+          {
+            for (int kx = -reach[0]; kx <= reach[0]; ++kx)
+            {
+              const int k[3] = { kx, ky, kz };
+              double y[3];
+              for (int a = 0; a < 3; ++a)
+              {
+                y[a] = k[a] == 0 ? w[3 * j + a] : w[3 * j + a] + double(k[a]) * c.lengths[a];
+              }
+              if (neighborgrid::withinRadius(x, y, c.radius))
+              {
+                const double dx = x[0] - y[0], dy = x[1] - y[1], dz = x[2] - y[2];
+                neighbors[q].push_back(static_cast<std::int32_t>(j));
+                distance[q].push_back(std::min(c.radius, std::sqrt(dx * dx + dy * dy + dz * dz)));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::vector<double> density(const PeriodicCase& c, Kernel k, std::vector<double>* scale = nullptr) const
+  {
+    std::vector<double> rho(neighbors.size(), 0.0);
+    if (scale)
+    {
+      scale->assign(neighbors.size(), 1e-30);
+    }
+    for (std::size_t q = 0; q < neighbors.size(); ++q)
+    {
+      for (std::size_t p = 0; p < neighbors[q].size(); ++p)
+      {
+        const double m = c.particles.mass[neighbors[q][p]];
+        rho[q] += m * kernelValue(k, c.particles.dimension, c.radius, distance[q][p]);
+        if (scale)
+        {
+          (*scale)[q] += m * kernelValue(k, c.particles.dimension, c.radius, 0.0);
+        }
+      }
+    }
+    return rho;
+  }
+  /// Shepard (rhoSource empty) or SPH smoothing of a 3-component array, and its rounding scale.
+  std::vector<double> smooth(const PeriodicCase& c, Kernel k, const std::vector<double>& rhoSource,
+    std::vector<double>& scale) const
+  {
+    const bool shepard = rhoSource.empty();
+    const double center = kernelValue(k, c.particles.dimension, c.radius, 0.0);
+    std::vector<double> out(3 * neighbors.size(), 0.0);
+    scale.assign(out.size(), 1e-30);
+    for (std::size_t q = 0; q < neighbors.size(); ++q)
+    {
+      double weight = 0;
+      for (std::size_t p = 0; p < neighbors[q].size(); ++p)
+      {
+        const std::int32_t j = neighbors[q][p];
+        const double wq = kernelValue(k, c.particles.dimension, c.radius, distance[q][p]);
+        const double factor = shepard ? wq : wq * c.particles.mass[j] / rhoSource[j];
+        const double bound = shepard ? wq + 1e-2 * center : center * c.particles.mass[j] / rhoSource[j];
+        weight += wq;
+        for (int a = 0; a < 3; ++a)
+        {
+          const double v = c.particles.vector3[3 * j + a];
+          out[3 * q + a] += factor * v;
+          scale[3 * q + a] += bound * std::abs(v);
+        }
+      }
+      for (int a = 0; a < 3 && shepard; ++a)
+      {
+        out[3 * q + a] /= weight;
+        scale[3 * q + a] /= weight;
+      }
+    }
+    return out;
+  }
+};
+
+class EnginePeriodic : public testing::TestWithParam<std::string>
+{
+};
+
+TEST_P(EnginePeriodic, EveryOperationMatchesDoubleBruteForceOverImages)
+{
+  const PeriodicCase c = makePeriodicCase(GetParam());
+  const std::int64_t n = c.particles.size();
+  const PeriodicReference ref(c, c.particles.xyz, true);
+  // A probe: points inside and outside the box, against the same particles.
+  std::vector<double> probe;
+  for (int k = 0; k < 300; ++k)
+  {
+    for (int a = 0; a < 3; ++a)
+    {
+      const double t = std::fmod(0.6180339887 * (k + 1) * (a + 1.7), 1.0);
+      probe.push_back(c.periodic[a] ? c.origin[a] + (3.0 * t - 1.0) * c.lengths[a] : c.particles.xyz[3 * (k % n) + a]);
+    }
+  }
+  const PeriodicReference probeRef(c, probe, true);
+  Scenario scenario{ c.name, n, 0.0, c.radius, true, 0 };
+  Engine engine;
+  std::int64_t multiple = 0;
+  for (std::size_t i = 0; i < ref.neighbors.size(); ++i)
+  {
+    std::vector<std::int32_t> sorted = ref.neighbors[i];
+    std::sort(sorted.begin(), sorted.end());
+    multiple += std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
+  }
+  RecordProperty("points_with_a_neighbor_twice", std::to_string(multiple));
+  if (c.name == "large")
+  {
+    EXPECT_GT(multiple, 0) << "R above half the box must give some point several images of one neighbor";
+  }
+  std::vector<double> rhoSource = ref.density(c, Kernel::CubicSpline);
+  for (Method method : methodsFor(scenario))
+  {
+    SCOPED_TRACE(c.name + ", " + toString(method));
+    Request base;
+    base.radius = c.radius;
+    base.backend = backendUnderTest;
+    base.method = method;
+    base.dimension = c.particles.dimension;
+    base.points = c.particles.points();
+    for (int a = 0; a < 3; ++a)
+    {
+      base.periodic[a] = c.periodic[a];
+      base.boxOrigin[a] = c.origin[a];
+      base.boxLengths[a] = c.lengths[a];
+    }
+    const std::vector<double> inputBefore = c.particles.xyz;
+
+    // Count: every image within R, the point itself excluded.
+    {
+      Request r = base;
+      r.operation = Operation::NeighborCount;
+      std::vector<std::int32_t> counts(n, -7);
+      r.neighborCount = counts.data();
+      const Report report = engine.run(r);
+      int bad = 0;
+      for (std::int64_t i = 0; i < n; ++i)
+      {
+        const auto want = static_cast<std::int32_t>(ref.neighbors[i].size()) - 1;
+        if (counts[i] != want && bad++ < 5)
+        {
+          ADD_FAILURE() << "point " << i << ": count " << counts[i] << ", reference " << want;
+        }
+      }
+      EXPECT_EQ(bad, 0);
+      EXPECT_GT(report.periodicImages, 0);
+    }
+    // Density, every kernel.
+    for (Kernel kernel : { Kernel::CubicSpline, Kernel::QuarticSpline, Kernel::QuinticSpline, Kernel::WendlandC2 })
+    {
+      SCOPED_TRACE(toString(kernel));
+      Request r = base;
+      r.operation = Operation::Density;
+      r.kernel = kernel;
+      r.mass = c.particles.mass.data();
+      std::vector<float> rho(n, -1.0f);
+      r.density = rho.data();
+      engine.run(r);
+      expectClose(rho, ref.density(c, kernel), "periodic density");
+    }
+    // Smoothing, Shepard and SPH, a 3-component signed array.
+    for (Normalization normalization : { Normalization::Shepard, Normalization::SPH })
+    {
+      SCOPED_TRACE(normalization == Normalization::SPH ? "SPH" : "Shepard");
+      Request r = base;
+      r.operation = Operation::Smoothing;
+      r.normalization = normalization;
+      r.mass = c.particles.mass.data();
+      std::vector<float> out(3 * n, -1.0f), rho(n, -1.0f);
+      r.smoothed.push_back({ c.particles.vector3.data(), 3, out.data(), "vector" });
+      if (normalization == Normalization::SPH)
+      {
+        r.density = rho.data();
+      }
+      engine.run(r);
+      std::vector<double> scale;
+      const auto want = ref.smooth(c, Kernel::CubicSpline,
+        normalization == Normalization::SPH ? rhoSource : std::vector<double>(), scale);
+      expectClose(out, want, "periodic smoothing", &scale);
+      if (normalization == Normalization::SPH)
+      {
+        expectClose(rho, rhoSource, "periodic density with SPH smoothing");
+      }
+    }
+    // A probe of the periodic particles: count (the particles themselves are not excluded) and
+    // density.
+    {
+      Request r = base;
+      r.source = base.points;
+      r.points = Points(probe.data(), static_cast<std::int64_t>(probe.size() / 3));
+      r.operation = Operation::Density;
+      r.mass = c.particles.mass.data();
+      std::vector<float> rho(probe.size() / 3, -1.0f);
+      std::vector<std::uint8_t> valid(probe.size() / 3, 7);
+      r.density = rho.data();
+      r.valid = valid.data();
+      engine.run(r);
+      std::vector<double> scale;
+      const auto want = probeRef.density(c, Kernel::CubicSpline, &scale);
+      expectClose(rho, want, "periodic probe density", &scale);
+      for (std::size_t q = 0; q < valid.size(); ++q)
+      {
+        EXPECT_EQ(valid[q], probeRef.neighbors[q].empty() ? 0 : 1) << "probe point " << q;
+      }
+    }
+    EXPECT_EQ(c.particles.xyz, inputBefore) << "the input coordinates changed";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Boxes, EnginePeriodic, testing::Values("small", "large", "oneAxis", "planar"));
+
+TEST(EnginePeriodicBox, RejectsBadBoxes)
+{
+  std::vector<float> xyz = { 0.5f, 0.5f, 0.5f, 1.0f, 1.0f, 1.0f };
+  std::vector<std::int32_t> counts(2);
+  Request r;
+  r.points = Points(xyz.data(), 2);
+  r.radius = 0.5;
+  r.backend = backendUnderTest;
+  r.operation = Operation::NeighborCount;
+  r.neighborCount = counts.data();
+  r.periodic[1] = true;
+  r.boxLengths[1] = 0.0;
+  try
+  {
+    Engine().run(r);
+    ADD_FAILURE() << "a periodic axis of length 0 was accepted";
+  }
+  catch (const Error& e)
+  {
+    EXPECT_NE(std::string(e.what()).find("axis y is periodic"), std::string::npos) << e.what();
+  }
+  r.boxLengths[1] = 2.0;
+  r.boxOrigin[1] = std::nan("");
+  EXPECT_THROW(Engine().run(r), Error);
+}
+
 } // namespace
 
 int main(int argc, char** argv)

@@ -160,6 +160,20 @@ struct Request
   std::uint8_t* valid = nullptr;
   float nullValue = 0.0f;
 
+  // Periodic box, per axis: along an axis with periodic[a], the box is [boxOrigin[a],
+  // boxOrigin[a] + boxLengths[a]) and every point has images at multiples of boxLengths[a].
+  // Positions are first wrapped into the box in double, w = x - L floor((x - o) / L) (points
+  // already inside keep their coordinates exactly); a pair (i, j) counts once for every image
+  // w_j + k L (k integer per periodic axis, computed in double) within R of w_i, so with R above
+  // half a box length one point can be a neighbor several times, as LAMMPS counts. A point's own
+  // images (k != 0) are neighbors of it; it is not its own (k = 0). Queries (points with a
+  // source, or a grid) see the source's images the same way. Outputs stay in input order and
+  // the inputs are not modified. Cost: the images within R of the box (or of a grid's bounds)
+  // are added to the source, about prod_a (L_a + 2R) / L_a times the points.
+  bool periodic[3] = { false, false, false };
+  double boxOrigin[3] = { 0, 0, 0 };
+  double boxLengths[3] = { 0, 0, 0 };
+
   ProgressCallback progress; // optional
 };
 
@@ -181,6 +195,7 @@ struct Report
   // Pair tests decided in double from the input coordinates because the float distance was
   // within rounding of R (summed over the passes of the search).
   std::int64_t pairsDecidedInDouble = 0;
+  std::int64_t periodicImages = 0; // source points added as periodic images (Request::periodic)
 };
 
 /// Every failure: bad input, an unavailable backend, a failed CUDA call. what() says what and why.

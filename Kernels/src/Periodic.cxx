@@ -1,0 +1,407 @@
+#include "Periodic.h"
+
+#include "Parallel.h"
+#include "Timer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+namespace neighborgrid
+{
+namespace detail
+{
+namespace
+{
+
+[[noreturn]] void failPeriodic(const std::string& message)
+{
+  throw Error("NeighborGrid: " + message);
+}
+
+constexpr std::int64_t maxPoints = std::numeric_limits<std::int32_t>::max() - 1;
+
+bool hasSeparateSource(const Request& r)
+{
+  return r.source.xyz || r.source.count || !r.queryGrid.empty();
+}
+
+void readPoint(const Points& p, std::int64_t i, double x[3])
+{
+  for (int a = 0; a < 3; ++a)
+  {
+    x[a] = p.type == ScalarType::Float64 ? static_cast<const double*>(p.xyz)[3 * i + a]
+                                         : static_cast<const float*>(p.xyz)[3 * i + a];
+  }
+}
+
+/// Points wrapped into the box along its periodic axes, in double.
+std::vector<double> wrapped(const Request& r, const Points& p, int threads)
+{
+  std::vector<double> out(static_cast<std::size_t>(3 * p.count));
+  parallelSlices(threads, p.count, [&](int, std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i)
+    {
+      double x[3];
+      readPoint(p, i, x);
+      for (int a = 0; a < 3; ++a)
+      {
+        out[3 * i + a] = r.periodic[a] ? wrapIntoBox(x[a], r.boxOrigin[a], r.boxLengths[a]) : x[a];
+      }
+    }
+  });
+  return out;
+}
+
+/// The source with its images: the wrapped points first (input order), then every image
+/// w_j + k L within R of [lo, hi] on the periodic axes, and for each image its point.
+struct ImageSource
+{
+  std::vector<double> xyz;
+  std::vector<std::int64_t> original; // per image
+  std::int64_t points = 0;            // the wrapped points before the images
+  std::int64_t total() const { return points + static_cast<std::int64_t>(original.size()); }
+};
+
+ImageSource withImages(const Request& r, std::vector<double> points, const double lo[3], const double hi[3],
+  int threads)
+{
+  ImageSource s;
+  s.points = static_cast<std::int64_t>(points.size() / 3);
+  const std::int64_t n = s.points;
+  // Shift range per point and axis: k with w + k L in [lo - R, hi + R], widened a little (an
+  // extra image is only an extra candidate; the pair test decides exactly).
+  auto range = [&](double w, int a, std::int64_t& k0, std::int64_t& k1) {
+    if (!r.periodic[a])
+    {
+      k0 = k1 = 0;
+      return;
+    }
+    const double L = r.boxLengths[a];
+    const double margin = r.radius * (1.0 + 1e-9) + 1e-12 * (std::fabs(lo[a]) + std::fabs(hi[a]) + L);
+    k0 = static_cast<std::int64_t>(std::ceil((lo[a] - margin - w) / L));
+    k1 = static_cast<std::int64_t>(std::floor((hi[a] + margin - w) / L));
+  };
+  const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n)));
+  std::vector<std::int64_t> perSlice(slices, 0);
+  parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
+    std::int64_t count = 0;
+    for (std::int64_t j = begin; j < end; ++j)
+    {
+      std::int64_t combos = 1;
+      bool self = true;
+      for (int a = 0; a < 3; ++a)
+      {
+        std::int64_t k0, k1;
+        range(points[3 * j + a], a, k0, k1);
+        combos *= std::max<std::int64_t>(0, k1 - k0 + 1);
+        self = self && k0 <= 0 && 0 <= k1;
+        if (combos > maxPoints)
+        {
+          combos = maxPoints;
+        }
+      }
+      count += combos - (self ? 1 : 0);
+      if (count > maxPoints)
+      {
+        count = maxPoints;
+      }
+    }
+    perSlice[slice] = count;
+  });
+  std::int64_t images = 0;
+  for (std::int64_t& c : perSlice)
+  {
+    const std::int64_t first = images;
+    images += c;
+    c = first;
+  }
+  if (n + images > maxPoints)
+  {
+    std::ostringstream m;
+    m << "the periodic images within R of the box (or of the query grid) would bring the source to more than "
+         "2^31 - 2 points (" << n << " points and at least " << images << " images); R is large against the box "
+      << "lengths, or the query grid reaches far outside the box";
+    failPeriodic(m.str());
+  }
+  s.original.resize(static_cast<std::size_t>(images));
+  points.resize(static_cast<std::size_t>(3 * (n + images)));
+  s.xyz = std::move(points);
+  parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
+    std::int64_t next = n + perSlice[slice];
+    for (std::int64_t j = begin; j < end; ++j)
+    {
+      const double w[3] = { s.xyz[3 * j], s.xyz[3 * j + 1], s.xyz[3 * j + 2] };
+      std::int64_t k0[3], k1[3];
+      for (int a = 0; a < 3; ++a)
+      {
+        range(w[a], a, k0[a], k1[a]);
+      }
+      for (std::int64_t kz = k0[2]; kz <= k1[2]; ++kz)
+      {
+        for (std::int64_t ky = k0[1]; ky <= k1[1]; ++ky)
+        {
+          for (std::int64_t kx = k0[0]; kx <= k1[0]; ++kx)
+          {
+            if (kx == 0 && ky == 0 && kz == 0)
+            {
+              continue;
+            }
+            const std::int64_t k[3] = { kx, ky, kz };
+            for (int a = 0; a < 3; ++a)
+            {
+              s.xyz[3 * next + a] = k[a] == 0 ? w[a] : w[a] + double(k[a]) * r.boxLengths[a];
+            }
+            s.original[next - n] = j;
+            ++next;
+          }
+        }
+      }
+    }
+  });
+  return s;
+}
+
+/// values (per point, `components` each) extended to the images.
+std::vector<float> extended(const float* values, int components, const ImageSource& s)
+{
+  const std::size_t c = static_cast<std::size_t>(components);
+  std::vector<float> out(static_cast<std::size_t>(s.total()) * c);
+  std::copy(values, values + static_cast<std::size_t>(s.points) * c, out.begin());
+  for (std::size_t m = 0; m < s.original.size(); ++m)
+  {
+    const float* from = values + static_cast<std::size_t>(s.original[m]) * c;
+    std::copy(from, from + c, out.begin() + (static_cast<std::size_t>(s.points) + m) * c);
+  }
+  return out;
+}
+
+void mergeStages(Report& into, const Report& from, const std::string& prefix)
+{
+  for (const StageTime& t : from.stages)
+  {
+    into.stages.push_back({ prefix + t.stage, t.milliseconds });
+  }
+  into.pairsDecidedInDouble += from.pairsDecidedInDouble;
+}
+
+/// The particles' density rho_j, periodic, at the points of `particles`.
+std::vector<float> particleDensity(const Request& r, const Points& particles, int threads, const OpenRun& openRun,
+  Report& report)
+{
+  Request d = r;
+  d.points = particles;
+  d.source = Points();
+  d.queryGrid = QueryGrid();
+  d.valid = nullptr;
+  d.operation = Operation::Density;
+  d.smoothed.clear();
+  d.neighborCount = nullptr;
+  std::vector<float> rho(static_cast<std::size_t>(particles.count));
+  d.density = rho.data();
+  const Report first = runPeriodic(d, threads, openRun);
+  mergeStages(report, first, "density: ");
+  return rho;
+}
+
+} // namespace
+
+bool isPeriodic(const Request& r)
+{
+  return r.periodic[0] || r.periodic[1] || r.periodic[2];
+}
+
+void validatePeriodicBox(const Request& r)
+{
+  for (int a = 0; a < 3; ++a)
+  {
+    if (!r.periodic[a])
+    {
+      continue;
+    }
+    if (!(std::isfinite(r.boxLengths[a]) && r.boxLengths[a] > 0.0) || !std::isfinite(r.boxOrigin[a]))
+    {
+      std::ostringstream m;
+      m << "axis " << "xyz"[a] << " is periodic, so its box needs a finite origin and a length > 0 (got origin "
+        << r.boxOrigin[a] << ", length " << r.boxLengths[a] << ")";
+      failPeriodic(m.str());
+    }
+  }
+}
+
+double wrapIntoBox(double x, double origin, double length)
+{
+  const double end = origin + length;
+  if (x >= origin && x < end)
+  {
+    return x;
+  }
+  double w = x - length * std::floor((x - origin) / length);
+  if (w >= end)
+  {
+    w -= length;
+  }
+  return w < origin ? origin : w; // rounding at the lower face
+}
+
+Report runPeriodic(const Request& r, int threads, const OpenRun& openRun)
+{
+  Timer timer;
+  const bool separate = hasSeparateSource(r);
+  const Points& particles = separate ? r.source : r.points;
+  const std::int64_t n = particles.count;
+
+  // Where results are wanted: the box, or a grid's bounds where the grid is not wrapped.
+  double lo[3], hi[3];
+  for (int a = 0; a < 3; ++a)
+  {
+    lo[a] = r.boxOrigin[a];
+    hi[a] = r.boxOrigin[a] + r.boxLengths[a];
+  }
+  std::vector<double> queries; // wrapped query points (a probe, or a grid too far out)
+  QueryGrid grid = r.queryGrid;
+  if (separate && !grid.empty())
+  {
+    bool keepGrid = true;
+    for (int a = 0; a < 3; ++a)
+    {
+      const double first = grid.origin[a];
+      const double last = grid.origin[a] + double(grid.dimensions[a] - 1) * grid.spacing[a];
+      if (r.periodic[a])
+      {
+        lo[a] = std::min(first, last);
+        hi[a] = std::max(first, last);
+        // A grid within a box length of the box keeps its generated points; beyond that the
+        // images would outnumber the points, and the grid's points are wrapped instead.
+        keepGrid = keepGrid && lo[a] >= r.boxOrigin[a] - r.boxLengths[a] &&
+          hi[a] <= r.boxOrigin[a] + 2.0 * r.boxLengths[a];
+      }
+    }
+    if (!keepGrid)
+    {
+      const std::int64_t m = grid.count();
+      queries.resize(static_cast<std::size_t>(3 * m));
+      parallelSlices(threads, m, [&](int, std::int64_t begin, std::int64_t end) {
+        for (std::int64_t q = begin; q < end; ++q)
+        {
+          const std::int64_t ijk[3] = { q % grid.dimensions[0], (q / grid.dimensions[0]) % grid.dimensions[1],
+            q / (grid.dimensions[0] * grid.dimensions[1]) };
+          for (int a = 0; a < 3; ++a)
+          {
+            const double x = grid.origin[a] + double(ijk[a]) * grid.spacing[a];
+            queries[3 * q + a] = r.periodic[a] ? wrapIntoBox(x, r.boxOrigin[a], r.boxLengths[a]) : x;
+          }
+        }
+      });
+      grid = QueryGrid();
+      for (int a = 0; a < 3; ++a)
+      {
+        lo[a] = r.boxOrigin[a];
+        hi[a] = r.boxOrigin[a] + r.boxLengths[a];
+      }
+    }
+  }
+  else if (separate)
+  {
+    queries = wrapped(r, r.points, threads);
+  }
+
+  const ImageSource source = withImages(r, wrapped(r, particles, threads), lo, hi, threads);
+  Report report;
+  addStage(report, "periodic images", timer.milliseconds());
+
+  Request d = r;
+  for (int a = 0; a < 3; ++a)
+  {
+    d.periodic[a] = false;
+  }
+  d.source = Points(source.xyz.data(), source.total());
+  if (!separate)
+  {
+    d.points = Points(source.xyz.data(), n); // the wrapped particles are the queries
+  }
+  else if (!queries.empty())
+  {
+    d.points = Points(queries.data(), static_cast<std::int64_t>(queries.size() / 3));
+    d.queryGrid = QueryGrid();
+  }
+  else
+  {
+    d.points = Points();
+    d.queryGrid = grid;
+  }
+  std::vector<float> masses;
+  if (r.mass)
+  {
+    masses = extended(r.mass, 1, source);
+    d.mass = masses.data();
+  }
+  std::vector<std::vector<float>> values;
+  for (SmoothedArray& array : d.smoothed)
+  {
+    values.push_back(extended(array.values, array.components, source));
+    array.values = values.back().data();
+  }
+
+  RunOptions options;
+  std::vector<float> weights;
+  if (r.operation == Operation::Smoothing && r.normalization == Normalization::SPH)
+  {
+    // rho_j at the particles (periodic), then m_j / rho_j on every source point and its images.
+    const std::vector<float> rho = separate ? particleDensity(r, r.source, threads, openRun, report) : [&] {
+      Request densityRun = d;
+      densityRun.operation = Operation::Density;
+      densityRun.smoothed.clear();
+      std::vector<float> out(static_cast<std::size_t>(n));
+      densityRun.density = out.data();
+      mergeStages(report, openRun(densityRun, RunOptions()), "density: ");
+      return out;
+    }();
+    if (r.density)
+    {
+      if (separate)
+      {
+        Request queryDensity = d;
+        queryDensity.operation = Operation::Density;
+        queryDensity.smoothed.clear();
+        mergeStages(report, openRun(queryDensity, RunOptions()), "query density: ");
+      }
+      else
+      {
+        std::copy(rho.begin(), rho.end(), r.density);
+      }
+    }
+    weights.resize(static_cast<std::size_t>(source.total()));
+    const float constant = static_cast<float>(r.constantMass);
+    for (std::int64_t j = 0; j < source.total(); ++j)
+    {
+      const std::int64_t k = j < n ? j : source.original[static_cast<std::size_t>(j - n)];
+      weights[static_cast<std::size_t>(j)] = (r.mass ? r.mass[k] : constant) / rho[static_cast<std::size_t>(k)];
+    }
+    d.mass = weights.data();
+    d.density = nullptr;
+    options.sphWeightsGiven = true;
+  }
+
+  const Report last = openRun(d, options);
+  Report merged = last;
+  merged.stages = report.stages;
+  merged.pairsDecidedInDouble = report.pairsDecidedInDouble;
+  mergeStages(merged, last, "");
+  merged.periodicImages = static_cast<std::int64_t>(source.original.size());
+  if (!separate && r.operation == Operation::NeighborCount)
+  {
+    // The particles were their own sources at distance 0: not their own neighbors.
+    for (std::int64_t i = 0; i < n; ++i)
+    {
+      r.neighborCount[i] -= 1;
+    }
+    merged.neighborPairs = last.neighborPairs >= 0 ? last.neighborPairs - n : -1;
+  }
+  return merged;
+}
+
+} // namespace detail
+} // namespace neighborgrid

@@ -1,0 +1,40 @@
+// Periodic boxes (Request::periodic) on top of every backend and method: the particles are
+// wrapped into the box, their images within R of where results are wanted join the source as
+// extra points, and the open-box engine runs with the particles (or the probe) as queries.
+// Nothing in the kernels knows about the box, so every method, kernel and operation is periodic
+// the same way, and the pair decisions stay exact (double in the rounding band).
+#pragma once
+
+#include "NeighborGrid/NeighborGrid.h"
+
+#include <functional>
+
+namespace neighborgrid
+{
+namespace detail
+{
+
+/// What a run on the open-box engine may be told beyond its request.
+struct RunOptions
+{
+  // SPH smoothing: Request::mass already holds m_j / rho_j per source point (the periodic
+  // layer computed rho_j itself), so no density pass runs and no weight is divided.
+  bool sphWeightsGiven = false;
+};
+
+using OpenRun = std::function<Report(const Request&, const RunOptions&)>;
+
+bool isPeriodic(const Request& request);
+
+/// Throws Error for a bad box: a periodic axis whose length is not finite and > 0, or whose
+/// origin is not finite.
+void validatePeriodicBox(const Request& request);
+
+/// x wrapped into [origin, origin + length): unchanged when already inside.
+double wrapIntoBox(double x, double origin, double length);
+
+/// Runs a validated periodic request through `openRun`, on `threads` host threads for the images.
+Report runPeriodic(const Request& request, int threads, const OpenRun& openRun);
+
+} // namespace detail
+} // namespace neighborgrid
