@@ -37,22 +37,25 @@ DEFAULT_PDB = "/usr/lib/python3/dist-packages/openmm/app/data/POPC.pdb"
 
 def read_pdb(path):
     xyz, element, resname, resseq = [], [], [], []
+    box = None
     with open(path) as f:
         for line in f:
+            if line.startswith("CRYST1"):  # the periodic box: a, b, c (angstrom) from the origin
+                box = (float(line[6:15]), float(line[15:24]), float(line[24:33]))
             if not line.startswith(("ATOM  ", "HETATM")):
                 continue
             xyz.append((float(line[30:38]), float(line[38:46]), float(line[46:54])))
             element.append(line[76:78].strip())
             resname.append(line[17:20].strip())
             resseq.append(int(line[22:26]))
-    return np.array(xyz, dtype=np.float64), element, resname, np.array(resseq, dtype=np.int32)
+    return np.array(xyz, dtype=np.float64), element, resname, np.array(resseq, dtype=np.int32), box
 
 
 def main():
     src = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_PDB
     out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "popc-membrane.vtp")
-    xyz, element, resname, resseq = read_pdb(src)
+    xyz, element, resname, resseq, box = read_pdb(src)
     n = len(xyz)
     if n == 0:
         sys.exit("no ATOM/HETATM records in %s" % src)
@@ -77,6 +80,13 @@ def main():
         arr = numpy_to_vtk(values, deep=True)
         arr.SetName(name)
         poly.GetPointData().AddArray(arr)
+
+    # The periodic box as field data, where Point Neighborhood's Periodic option finds it.
+    if box is not None:
+        for name, values in (("BoxOrigin", (0.0, 0.0, 0.0)), ("BoxLengths", box)):
+            arr = numpy_to_vtk(np.array(values, dtype=np.float64), deep=True)
+            arr.SetName(name)
+            poly.GetFieldData().AddArray(arr)
 
     writer = vtkXMLPolyDataWriter()
     writer.SetFileName(out)

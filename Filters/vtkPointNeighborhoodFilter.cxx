@@ -556,6 +556,47 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
   request.method = MethodToEngine(this->Method);
   request.constantMass = this->Mass;
 
+  // The periodic box: the properties, or the particles' field data where BoxLengths is 0.
+  std::string boxDescription;
+  for (int a = 0; a < 3; ++a)
+  {
+    if (!this->Periodic[a])
+    {
+      continue;
+    }
+    double origin = this->BoxOrigin[a], length = this->BoxLengths[a];
+    std::string from = "properties";
+    if (length == 0.0)
+    {
+      vtkFieldData* fieldData = particles->GetFieldData();
+      vtkDataArray* lengths = fieldData ? fieldData->GetArray("BoxLengths") : nullptr;
+      vtkDataArray* origins = fieldData ? fieldData->GetArray("BoxOrigin") : nullptr;
+      if (!lengths || lengths->GetNumberOfValues() < 3)
+      {
+        return fail(std::string("Periodic is on along ") + "xyz"[a] +
+          " but BoxLengths is 0 there and the particles carry no BoxLengths field-data array (3 values): set "
+          "BoxLengths (and BoxOrigin).");
+      }
+      length = lengths->GetNumberOfComponents() >= 3 ? lengths->GetComponent(0, a) : lengths->GetComponent(a, 0);
+      origin = 0.0;
+      if (origins && origins->GetNumberOfValues() >= 3)
+      {
+        origin = origins->GetNumberOfComponents() >= 3 ? origins->GetComponent(0, a) : origins->GetComponent(a, 0);
+      }
+      from = "field data";
+    }
+    if (!(std::isfinite(length) && length > 0.0 && std::isfinite(origin)))
+    {
+      return fail(std::string("The periodic box along ") + "xyz"[a] + " needs a finite origin and a length > 0 (got origin " +
+        ToText(origin) + ", length " + ToText(length) + ", from the " + from + ").");
+    }
+    request.periodic[a] = true;
+    request.boxOrigin[a] = origin;
+    request.boxLengths[a] = length;
+    boxDescription += std::string(boxDescription.empty() ? "" : " ") + "xyz"[a] + ":[" + ToText(origin) + "," +
+      ToText(origin + length) + ")(" + from + ")";
+  }
+
   // Coordinates: float and double go to the engine as they are (it converts them to float
   // relative to the bounds' minimum itself); any other type is converted to double first.
   std::vector<double> convertedCoordinates;
@@ -821,6 +862,11 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
     info.push_back("mass=" + massDescription);
   }
   info.push_back("radius=" + ToText(this->Radius));
+  if (!boxDescription.empty())
+  {
+    info.push_back("periodic=" + boxDescription);
+    info.push_back("periodic_images=" + ToText(static_cast<vtkIdType>(report.periodicImages)));
+  }
   info.push_back("points=" + ToText(particleCount));
   if (queries.Kind != QuerySpec::PARTICLES)
   {
@@ -918,6 +964,7 @@ vtkSmartPointer<vtkPointSet> vtkPointNeighborhoodFilter::GatherParticles(
     next += n;
   }
   merged->SetPoints(points);
+  merged->GetFieldData()->ShallowCopy(input->GetFieldData()); // a box the composite carries
   return merged;
 }
 
@@ -963,6 +1010,10 @@ void vtkPointNeighborhoodFilter::PrintSelf(ostream& os, vtkIndent indent)
   os << indent << "Method: " << this->Method << " ("
      << neighborgrid::toString(MethodToEngine(this->Method)) << ")\n";
   os << indent << "NullValue: " << this->NullValue << "\n";
+  os << indent << "Periodic: " << this->Periodic[0] << " " << this->Periodic[1] << " " << this->Periodic[2] << "\n";
+  os << indent << "BoxOrigin: " << this->BoxOrigin[0] << " " << this->BoxOrigin[1] << " " << this->BoxOrigin[2] << "\n";
+  os << indent << "BoxLengths: " << this->BoxLengths[0] << " " << this->BoxLengths[1] << " " << this->BoxLengths[2]
+     << "\n";
   os << indent << "ValidPointMaskArrayName: " << this->ValidPointMaskArrayName << "\n";
   os << indent << "LastRunInfo: " << (this->LastRunInfo.empty() ? "(none)\n" : "\n");
   std::istringstream lines(this->LastRunInfo);

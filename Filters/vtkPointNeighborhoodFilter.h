@@ -167,6 +167,24 @@ public:
   const char* GetValidPointMaskArrayName() const { return this->ValidPointMaskArrayName.c_str(); }
   ///@}
 
+  ///@{
+  /// Periodic box. Periodic (default 0 0 0): per axis, 1 makes the axis periodic: a pair counts
+  /// once for every periodic image of the neighbor within R (with R above half a box length,
+  /// several images of one point count, as LAMMPS counts them). The box along a periodic axis is
+  /// [BoxOrigin, BoxOrigin + BoxLengths). BoxLengths 0 (the default) on a periodic axis takes the
+  /// box from the particles' field data: arrays "BoxLengths" and, optionally, "BoxOrigin" (3
+  /// values each; origin 0 without it); without either, the filter reports an error. Points
+  /// outside the box (unwrapped trajectories) are wrapped for the search only; outputs keep the
+  /// input's order and the input is untouched. Probe and volume points see the particles'
+  /// images too.
+  vtkSetVector3Macro(Periodic, int);
+  vtkGetVector3Macro(Periodic, int);
+  vtkSetVector3Macro(BoxOrigin, double);
+  vtkGetVector3Macro(BoxOrigin, double);
+  vtkSetVector3Macro(BoxLengths, double);
+  vtkGetVector3Macro(BoxLengths, double);
+  ///@}
+
   /// What the last execution ran on and how long each stage took (also in NeighborGridInfo).
   const char* GetLastRunInfo() const;
 
@@ -226,6 +244,9 @@ protected:
   int Backend = BACKEND_AUTO;
   int Method = METHOD_AUTO;
   double NullValue = 0.0;
+  int Periodic[3] = { 0, 0, 0 };
+  double BoxOrigin[3] = { 0, 0, 0 };
+  double BoxLengths[3] = { 0, 0, 0 };
   std::string ValidPointMaskArrayName = "vtkValidPointMask";
 
 private:

@@ -15,6 +15,9 @@
 #include <vtkStreamingDemandDrivenPipeline.h>
 #include <vtkImageData.h>
 #include <vtkLineSource.h>
+#include <vtkIntArray.h>
+#include <vtkDoubleArray.h>
+#include <vtkFieldData.h>
 #include <vtkMultiBlockDataSet.h>
 #include <vtkSPHCubicKernel.h>
 #include <vtkSPHInterpolator.h>
@@ -441,6 +444,137 @@ void TestErrors(vtkPolyData* particles)
   NG_CHECK(messages->ErrorContains("Resolution"), "a zero resolution: " << messages->AllErrors());
 }
 
+/// Periodic boxes through the filters: counts against a brute force over the images, the box
+/// from the properties or from the particles' field data, the input untouched, a missing box.
+void TestPeriodic(vtkPolyData* particles)
+{
+  const double radius = 1.1, L = 8.0;
+  vtkNew<vtkPolyData> unwrapped;
+  unwrapped->DeepCopy(particles);
+  for (vtkIdType i = 0; i < unwrapped->GetNumberOfPoints(); i += 5)
+  {
+    double x[3];
+    unwrapped->GetPoint(i, x);
+    x[0] += L * double(int(i % 3) - 1); // an unwrapped trajectory: some atoms a box length away
+    x[2] += 2.0 * L;
+    unwrapped->GetPoints()->SetPoint(i, x);
+  }
+  const auto xyz = ngtest::CoordinatesOf(unwrapped); // as the filter reads them (float to double)
+  const vtkIdType n = unwrapped->GetNumberOfPoints();
+  auto wrap = [&](double x) {
+    if (x >= 0.0 && x < L)
+    {
+      return x;
+    }
+    double w = x - L * std::floor(x / L);
+    if (w >= L)
+    {
+      w -= L;
+    }
+    return w < 0.0 ? 0.0 : w;
+  };
+  std::vector<double> w(xyz.size());
+  std::transform(xyz.begin(), xyz.end(), w.begin(), wrap);
+  auto countNear = [&](const double q[3]) {
+    int count = 0;
+    for (vtkIdType j = 0; j < n; ++j)
+    {
+      for (int kx = -1; kx <= 1; ++kx)
+        for (int ky = -1; ky <= 1; ++ky)
+          for (int kz = -1; kz <= 1; ++kz)
+          {
+            const double dx = q[0] - (w[3 * j] + kx * L), dy = q[1] - (w[3 * j + 1] + ky * L),
+                         dz = q[2] - (w[3 * j + 2] + kz * L);
+            count += dx * dx + dy * dy + dz * dz <= radius * radius;
+          }
+    }
+    return count;
+  };
+
+  vtkNew<vtkPointNeighborhoodFilter> filter;
+  vtkNew<ngtest::MessageCollector> messages;
+  messages->Watch(filter);
+  filter->SetInputData(unwrapped);
+  filter->SetBackend(Backend);
+  filter->SetRadius(radius);
+  filter->SetOperation(vtkPointNeighborhoodFilter::NEIGHBOR_COUNT);
+  filter->SetPeriodic(1, 1, 1);
+  filter->Update();
+  NG_CHECK(messages->ErrorContains("BoxLengths"), "periodic without a box: " << messages->AllErrors());
+
+  auto checkCounts = [&](const char* what) {
+    auto* counts = vtkIntArray::SafeDownCast(
+      vtkDataSet::SafeDownCast(filter->GetOutputDataObject(0))->GetPointData()->GetArray("NeighborCount"));
+    NG_CHECK(counts, what << ": no NeighborCount");
+    if (!counts)
+    {
+      return;
+    }
+    int bad = 0;
+    for (vtkIdType i = 0; i < n; i += 7)
+    {
+      const int want = countNear(&w[3 * i]) - 1;
+      if (counts->GetValue(i) != want && bad++ < 5)
+      {
+        NG_CHECK(false, what << ": point " << i << " count " << counts->GetValue(i) << ", reference " << want);
+      }
+    }
+  };
+  messages->Clear();
+  filter->SetBoxOrigin(0.0, 0.0, 0.0);
+  filter->SetBoxLengths(L, L, L);
+  filter->Update();
+  NG_CHECK(messages->Errors.empty(), "periodic run: " << messages->AllErrors());
+  checkCounts("box from the properties");
+  NG_CHECK(ngtest::CoordinatesOf(unwrapped) == xyz, "the input's coordinates changed");
+
+  vtkNew<vtkDoubleArray> lengths;
+  lengths->SetName("BoxLengths");
+  for (int a = 0; a < 3; ++a)
+  {
+    lengths->InsertNextValue(L);
+  }
+  unwrapped->GetFieldData()->AddArray(lengths);
+  filter->SetBoxLengths(0.0, 0.0, 0.0);
+  filter->Modified();
+  filter->Update();
+  NG_CHECK(messages->Errors.empty(), "box from field data: " << messages->AllErrors());
+  checkCounts("box from the field data");
+  NG_CHECK(std::string(filter->GetLastRunInfo()).find("field data") != std::string::npos,
+    "the run info does not say where the box came from");
+
+  // A probe outside the box sees the particles' images; the particles themselves count.
+  vtkNew<vtkLineSource> line;
+  line->SetPoint1(-3.0, 2.0, 9.5);
+  line->SetPoint2(11.0, 7.0, -1.0);
+  line->SetResolution(60);
+  line->Update();
+  vtkNew<vtkPointNeighborhoodProbe> probe;
+  messages->Watch(probe);
+  probe->SetInputData(unwrapped);
+  probe->SetSourceData(line->GetOutput());
+  probe->SetBackend(Backend);
+  probe->SetRadius(radius);
+  probe->SetOperation(vtkPointNeighborhoodFilter::NEIGHBOR_COUNT);
+  probe->SetPeriodic(1, 1, 1);
+  probe->Update();
+  NG_CHECK(messages->Errors.empty(), "periodic probe: " << messages->AllErrors());
+  auto* counts = vtkIntArray::SafeDownCast(
+    vtkDataSet::SafeDownCast(probe->GetOutputDataObject(0))->GetPointData()->GetArray("NeighborCount"));
+  NG_CHECK(counts && counts->GetNumberOfTuples() == 61, "periodic probe: no counts");
+  for (vtkIdType q = 0; counts && q < 61; ++q)
+  {
+    double x[3];
+    line->GetOutput()->GetPoint(q, x);
+    for (double& v : x)
+    {
+      v = wrap(v);
+    }
+    NG_CHECK(counts->GetValue(q) == countNear(x), "periodic probe point " << q << ": count " << counts->GetValue(q)
+                                                                         << ", reference " << countNear(x));
+  }
+}
+
 } // namespace
 
 int main(int argc, char* argv[])
@@ -451,5 +585,6 @@ int main(int argc, char* argv[])
   TestCountsAndComposite(particles);
   TestVolume(particles);
   TestErrors(particles);
+  TestPeriodic(particles);
   return ngtest::ExitCode(TestName);
 }

@@ -54,6 +54,9 @@ expected_defaults = {
     "Normalization": "Shepard",
     "Backend": "Auto",
     "Method": "Auto",
+    "Periodic": [0, 0, 0],
+    "BoxOrigin": [0.0, 0.0, 0.0],
+    "BoxLengths": [0.0, 0.0, 0.0],
 }
 names = set(f.ListProperties())
 for name, default in expected_defaults.items():

@@ -32,6 +32,11 @@ volume.MassArray = ["POINTS", "mass"]
 volume.RefinementMode = "Use cell-size"  # ParaView's Bounded Volume: 'Use resolution' or 'Use cell-size'
 volume.CellSize = args.cell_size         # Angstrom; the box is the atoms' bounds padded by Radius
 volume.Backend = args.backend
+# The membrane's periodic box travels with the data (BoxLengths field data): atoms see their
+# neighbors across the faces, and the grid points outside the box see the atoms' images.
+membrane.UpdatePipeline()
+if "BoxLengths" in membrane.FieldData.keys():
+    volume.Periodic = [1, 1, 1]
 volume.UpdatePipeline()
 simple.SaveData(os.path.join(args.out, "sample-volume.vti"), proxy=volume)
 
@@ -65,7 +70,7 @@ if not args.no_image:
     opacity = simple.GetOpacityTransferFunction("Density")
     # The thin rim where atoms end and the lipid tails clear, water (about 0.6 amu/A^3) faint, the
     # head groups (densest) opaque.
-    opacity.Points = [0.0, 0.0, 0.5, 0.0, 0.45 * high, 0.0, 0.5, 0.0, 0.6 * high, 0.015, 0.5, 0.0,
+    opacity.Points = [0.0, 0.0, 0.5, 0.0, 0.45 * high, 0.0, 0.5, 0.0, 0.6 * high, 0.004, 0.5, 0.0,
                       high, 0.7, 0.5, 0.0]
     display.SetScalarBarVisibility(view, True)
     bar = simple.GetScalarBar(lut, view)
@@ -79,7 +84,7 @@ if not args.no_image:
     view.CameraViewUp = [0.0, 0.0, 1.0]
     simple.Render(view)
     view.ResetCamera()
-    view.GetActiveCamera().Dolly(1.6)
+    view.GetActiveCamera().Dolly(1.15)
     path = os.path.join(args.out, "sample-volume.png")
     simple.SaveScreenshot(path, view, ImageResolution=[1000, 900])
     print("wrote", path)
