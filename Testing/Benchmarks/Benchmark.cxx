@@ -370,6 +370,90 @@ int runVolume(std::int64_t side, const std::vector<Method>& methods, Backend bac
   return 0;
 }
 
+/// --periodic: density of 4M uniform random particles (box 90, R = 1.5, about 80 neighbors each)
+/// in an open box and in the periodic box [0, 90)^3, every method of --methods side by side:
+/// median device-resident time and end to end (the images are built on the host, in the
+/// end-to-end time). CSV: device,table,n,scene,radius,operation,method,median_ms,end_to_end_ms,
+///      extra_device_bytes,periodic_images
+int runPeriodicTable(const std::vector<Method>& methods, Backend backend, int runs, std::ofstream& csv)
+{
+  const std::int64_t n = 4194304;
+  const double scene = 90.0, radius = 1.5;
+  std::vector<float> xyz(3 * std::size_t(n));
+  std::mt19937_64 rng(4243);
+  std::uniform_real_distribution<float> u(0.0f, static_cast<float>(scene));
+  for (auto& v : xyz)
+  {
+    v = u(rng);
+  }
+  std::vector<float> density(static_cast<std::size_t>(n));
+  const char* header =
+    "device,table,n,scene,radius,operation,method,median_ms,end_to_end_ms,extra_device_bytes,periodic_images\n";
+  std::printf("%s", header);
+  if (csv)
+  {
+    csv << header;
+  }
+  Engine engine;
+  for (bool periodic : { false, true })
+  {
+    Request r;
+    r.points = Points(xyz.data(), n);
+    r.radius = radius;
+    r.operation = Operation::Density;
+    r.backend = backend;
+    r.density = density.data();
+    for (int a = 0; a < 3; ++a)
+    {
+      r.periodic[a] = periodic;
+      r.boxLengths[a] = scene;
+    }
+    for (Method method : methods)
+    {
+      r.method = method;
+      std::vector<double> resident, wall;
+      Report report;
+      try
+      {
+        for (int k = 0; k < runs; ++k)
+        {
+          const auto began = std::chrono::steady_clock::now();
+          report = engine.run(r);
+          wall.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
+          double t = 0;
+          for (const auto& stage : report.stages)
+          {
+            t += isDeviceResident(stage.stage) ? stage.milliseconds : 0.0;
+          }
+          resident.push_back(t);
+        }
+      }
+      catch (const Error& error)
+      {
+        std::fprintf(stderr, "%s: %s\n", toString(method), error.what());
+        continue;
+      }
+      std::ostringstream line;
+      line << report.device << "," << (periodic ? "periodic" : "open") << "," << n << "," << scene << "," << radius
+           << ",Density," << toString(report.method) << (method == Method::Auto ? " (Auto)" : "") << ","
+           << median(resident) << "," << median(wall) << "," << report.extraDeviceBytes << ","
+           << report.periodicImages << "\n";
+      std::printf("%s", line.str().c_str());
+      std::fflush(stdout);
+      if (csv)
+      {
+        csv << line.str();
+      }
+      for (const auto& stage : report.stages)
+      {
+        std::fprintf(stderr, "  %s %s %s: %.2f ms\n", periodic ? "periodic" : "open", toString(report.method),
+          stage.stage.c_str(), stage.milliseconds);
+      }
+    }
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -382,6 +466,7 @@ int main(int argc, char** argv)
     Method::StagedTiles, Method::Auto };
   bool roofline = false;
   std::int64_t volumeSide = 0;
+  bool periodicTable = false;
   for (int i = 1; i < argc; ++i)
   {
     const std::string a = argv[i];
@@ -415,6 +500,10 @@ int main(int argc, char** argv)
     {
       return runEveryOperation(std::atoll(a.c_str() + 13), Backend::Auto);
     }
+    else if (a == "--periodic")
+    {
+      periodicTable = true;
+    }
     else if (a.rfind("--volume=", 0) == 0)
     {
       volumeSide = std::max<std::int64_t>(2, std::atoll(a.c_str() + 9));
@@ -427,7 +516,7 @@ int main(int argc, char** argv)
     {
       std::fprintf(stderr,
         "usage: %s [--table=issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|all|smoke]\n"
-        "          [--runs=N] [--csv=FILE] [--volume=N] [--operations=N]\n"
+        "          [--runs=N] [--csv=FILE] [--volume=N] [--periodic] [--operations=N]\n"
         "          [--methods=counting-sort,radix-sort,fenns,claws,bayraktar,staged-tiles,brute-force,auto] [--cpu] [--roofline]\n",
         argv[0]);
       return 2;
@@ -451,6 +540,10 @@ int main(int argc, char** argv)
   if (!csvPath.empty())
   {
     csv.open(csvPath);
+  }
+  if (periodicTable)
+  {
+    return runPeriodicTable(methods, backend, runs, csv);
   }
   if (volumeSide > 0)
   {
