@@ -366,6 +366,8 @@ struct Engine::Impl
   std::unique_ptr<detail::BackendImplementation> cpu;
   std::unique_ptr<detail::BackendImplementation> cuda;
 
+  detail::PeriodicScratch periodicScratch;
+
   /// A validated request on an open box.
   Report runOpen(const Request& request, const detail::RunOptions& options);
 };
@@ -566,7 +568,7 @@ Report Engine::run(const Request& request)
     return detail::runPeriodic(request, impl_->threads, [this](const Request& open, const detail::RunOptions& options) {
       validate(open);
       return impl_->runOpen(open, options);
-    });
+    }, impl_->periodicScratch);
   }
   return impl_->runOpen(request, detail::RunOptions());
 }

@@ -59,18 +59,31 @@ std::vector<double> wrapped(const Request& r, const Points& p, int threads)
 /// w_j + k L within R of [lo, hi] on the periodic axes, and for each image its point.
 struct ImageSource
 {
-  std::vector<double> xyz;
-  std::vector<std::int64_t> original; // per image
-  std::int64_t points = 0;            // the wrapped points before the images
-  std::int64_t total() const { return points + static_cast<std::int64_t>(original.size()); }
+  std::vector<double>& xyz;
+  std::vector<std::int64_t>& original; // per image
+  std::int64_t points = 0;             // the wrapped points before the images
+  std::int64_t images = 0;
+  std::int64_t total() const { return points + images; }
 };
 
-ImageSource withImages(const Request& r, std::vector<double> points, const double lo[3], const double hi[3],
-  int threads)
+/// Wraps `input` into the box and appends its images within R of [lo, hi], into the caller's
+/// (reused) vectors: fresh host memory costs a page fault per 4 KB, which dominated this step.
+ImageSource withImages(const Request& r, const Points& input, const double lo[3], const double hi[3], int threads,
+  std::vector<double>& xyz, std::vector<std::int64_t>& original)
 {
-  ImageSource s;
-  s.points = static_cast<std::int64_t>(points.size() / 3);
+  ImageSource s{ xyz, original };
+  s.points = input.count;
   const std::int64_t n = s.points;
+  auto wrappedPoint = [&](std::int64_t i, double w[3]) {
+    readPoint(input, i, w);
+    for (int a = 0; a < 3; ++a)
+    {
+      if (r.periodic[a])
+      {
+        w[a] = wrapIntoBox(w[a], r.boxOrigin[a], r.boxLengths[a]);
+      }
+    }
+  };
   // Shift range per point and axis: k with w + k L in [lo - R, hi + R], widened a little (an
   // extra image is only an extra candidate; the pair test decides exactly).
   auto range = [&](double w, int a, std::int64_t& k0, std::int64_t& k1) {
@@ -90,24 +103,18 @@ ImageSource withImages(const Request& r, std::vector<double> points, const doubl
     std::int64_t count = 0;
     for (std::int64_t j = begin; j < end; ++j)
     {
+      double w[3];
+      wrappedPoint(j, w);
       std::int64_t combos = 1;
       bool self = true;
       for (int a = 0; a < 3; ++a)
       {
         std::int64_t k0, k1;
-        range(points[3 * j + a], a, k0, k1);
-        combos *= std::max<std::int64_t>(0, k1 - k0 + 1);
+        range(w[a], a, k0, k1);
+        combos = std::min<std::int64_t>(maxPoints, combos * std::max<std::int64_t>(0, k1 - k0 + 1));
         self = self && k0 <= 0 && 0 <= k1;
-        if (combos > maxPoints)
-        {
-          combos = maxPoints;
-        }
       }
-      count += combos - (self ? 1 : 0);
-      if (count > maxPoints)
-      {
-        count = maxPoints;
-      }
+      count = std::min<std::int64_t>(maxPoints, count + combos - (self ? 1 : 0));
     }
     perSlice[slice] = count;
   });
@@ -126,14 +133,22 @@ ImageSource withImages(const Request& r, std::vector<double> points, const doubl
       << "lengths, or the query grid reaches far outside the box";
     failPeriodic(m.str());
   }
-  s.original.resize(static_cast<std::size_t>(images));
-  points.resize(static_cast<std::size_t>(3 * (n + images)));
-  s.xyz = std::move(points);
+  s.images = images;
+  if (xyz.size() < static_cast<std::size_t>(3 * (n + images)))
+  {
+    xyz.resize(static_cast<std::size_t>(3 * (n + images)));
+  }
+  if (original.size() < static_cast<std::size_t>(images))
+  {
+    original.resize(static_cast<std::size_t>(images));
+  }
   parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
     std::int64_t next = n + perSlice[slice];
     for (std::int64_t j = begin; j < end; ++j)
     {
-      const double w[3] = { s.xyz[3 * j], s.xyz[3 * j + 1], s.xyz[3 * j + 2] };
+      double w[3];
+      wrappedPoint(j, w);
+      std::copy(w, w + 3, xyz.begin() + 3 * j);
       std::int64_t k0[3], k1[3];
       for (int a = 0; a < 3; ++a)
       {
@@ -152,9 +167,9 @@ ImageSource withImages(const Request& r, std::vector<double> points, const doubl
             const std::int64_t k[3] = { kx, ky, kz };
             for (int a = 0; a < 3; ++a)
             {
-              s.xyz[3 * next + a] = k[a] == 0 ? w[a] : w[a] + double(k[a]) * r.boxLengths[a];
+              xyz[3 * next + a] = k[a] == 0 ? w[a] : w[a] + double(k[a]) * r.boxLengths[a];
             }
-            s.original[next - n] = j;
+            original[next - n] = j;
             ++next;
           }
         }
@@ -170,7 +185,7 @@ std::vector<float> extended(const float* values, int components, const ImageSour
   const std::size_t c = static_cast<std::size_t>(components);
   std::vector<float> out(static_cast<std::size_t>(s.total()) * c);
   std::copy(values, values + static_cast<std::size_t>(s.points) * c, out.begin());
-  for (std::size_t m = 0; m < s.original.size(); ++m)
+  for (std::size_t m = 0; m < static_cast<std::size_t>(s.images); ++m)
   {
     const float* from = values + static_cast<std::size_t>(s.original[m]) * c;
     std::copy(from, from + c, out.begin() + (static_cast<std::size_t>(s.points) + m) * c);
@@ -201,7 +216,8 @@ std::vector<float> particleDensity(const Request& r, const Points& particles, in
   d.neighborCount = nullptr;
   std::vector<float> rho(static_cast<std::size_t>(particles.count));
   d.density = rho.data();
-  const Report first = runPeriodic(d, threads, openRun);
+  PeriodicScratch own; // the caller's scratch holds the run this density feeds
+  const Report first = runPeriodic(d, threads, openRun, own);
   mergeStages(report, first, "density: ");
   return rho;
 }
@@ -246,7 +262,7 @@ double wrapIntoBox(double x, double origin, double length)
   return w < origin ? origin : w; // rounding at the lower face
 }
 
-Report runPeriodic(const Request& r, int threads, const OpenRun& openRun)
+Report runPeriodic(const Request& r, int threads, const OpenRun& openRun, PeriodicScratch& scratch)
 {
   Timer timer;
   const bool separate = hasSeparateSource(r);
@@ -308,7 +324,7 @@ Report runPeriodic(const Request& r, int threads, const OpenRun& openRun)
     queries = wrapped(r, r.points, threads);
   }
 
-  const ImageSource source = withImages(r, wrapped(r, particles, threads), lo, hi, threads);
+  const ImageSource source = withImages(r, particles, lo, hi, threads, scratch.source, scratch.original);
   Report report;
   addStage(report, "periodic images", timer.milliseconds());
 
@@ -390,7 +406,7 @@ Report runPeriodic(const Request& r, int threads, const OpenRun& openRun)
   merged.stages = report.stages;
   merged.pairsDecidedInDouble = report.pairsDecidedInDouble;
   mergeStages(merged, last, "");
-  merged.periodicImages = static_cast<std::int64_t>(source.original.size());
+  merged.periodicImages = source.images;
   if (!separate && r.operation == Operation::NeighborCount)
   {
     // The particles were their own sources at distance 0: not their own neighbors.

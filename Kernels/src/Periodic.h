@@ -7,7 +7,9 @@
 
 #include "NeighborGrid/NeighborGrid.h"
 
+#include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace neighborgrid
 {
@@ -33,8 +35,16 @@ void validatePeriodicBox(const Request& request);
 /// x wrapped into [origin, origin + length): unchanged when already inside.
 double wrapIntoBox(double x, double origin, double length);
 
+/// Host memory kept from run to run (the source with its images), so that repeated runs do not
+/// fault fresh pages in.
+struct PeriodicScratch
+{
+  std::vector<double> source;
+  std::vector<std::int64_t> original;
+};
+
 /// Runs a validated periodic request through `openRun`, on `threads` host threads for the images.
-Report runPeriodic(const Request& request, int threads, const OpenRun& openRun);
+Report runPeriodic(const Request& request, int threads, const OpenRun& openRun, PeriodicScratch& scratch);
 
 } // namespace detail
 } // namespace neighborgrid

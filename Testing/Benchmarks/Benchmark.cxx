@@ -163,7 +163,8 @@ double median(std::vector<double> v)
 
 bool isDeviceResident(const std::string& stage)
 {
-  return stage != "coordinates" && stage != "upload" && stage != "download" && stage != "copy to caller";
+  return stage != "coordinates" && stage != "upload" && stage != "download" && stage != "copy to caller" &&
+    stage != "periodic images"; // built on the host
 }
 
 Method parseMethod(const std::string& name)
