@@ -113,36 +113,14 @@ int vtkPointNeighborhoodVolume::RequestInformation(
   // particles' box the extent depends on the particles' bounds, so the particles are brought up
   // to date now (the pipeline's own update then finds them current and does not run them again).
   vtkInformation* outInfo = outputVector->GetInformationObject(0);
-  double lo[3], hi[3];
+  double bounds[6] = { 0, 1, 0, 1, 0, 1 }; // resolution mode: the extent does not depend on the box
   bool boxKnown = true;
-  if (this->UseParticleBounds)
+  if (this->UseParticleBounds && this->RefinementMode == USE_CELL_SIZE)
   {
-    const double padding = this->Padding < 0 ? this->Radius : this->Padding;
-    double bounds[6] = { 0, -1, 0, -1, 0, -1 };
-    if (this->RefinementMode == USE_CELL_SIZE)
-    {
-      boxKnown = this->UpdatedParticleBounds(inputVector[0]->GetInformationObject(0), outInfo, bounds);
-    }
-    else
-    {
-      bounds[0] = bounds[2] = bounds[4] = 0.0; // resolution mode: the extent does not depend on the box
-      bounds[1] = bounds[3] = bounds[5] = 1.0;
-    }
-    for (int a = 0; a < 3; ++a)
-    {
-      lo[a] = bounds[2 * a] - padding;
-      hi[a] = bounds[2 * a + 1] + padding;
-    }
+    boxKnown = this->UpdatedParticleBounds(inputVector[0]->GetInformationObject(0), outInfo, bounds);
   }
-  else
-  {
-    const double padding = this->Padding < 0 ? 0.0 : this->Padding;
-    for (int a = 0; a < 3; ++a)
-    {
-      lo[a] = this->Origin[a] - padding;
-      hi[a] = this->Origin[a] + this->Scale[a] + padding;
-    }
-  }
+  double lo[3], hi[3];
+  this->VolumeBox(bounds, lo, hi);
   double origin[3], spacing[3];
   int cells[3];
   std::string error;
@@ -164,6 +142,26 @@ int vtkPointNeighborhoodVolume::RequestInformation(
     outInfo->Set(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), empty, 6);
   }
   return 1;
+}
+
+//------------------------------------------------------------------------------
+void vtkPointNeighborhoodVolume::VolumeBox(const double particleBounds[6], double lo[3], double hi[3]) const
+{
+  for (int a = 0; a < 3; ++a)
+  {
+    if (this->UseParticleBounds)
+    {
+      const double padding = this->Padding < 0 ? this->Radius : this->Padding;
+      lo[a] = particleBounds[2 * a] - padding;
+      hi[a] = particleBounds[2 * a + 1] + padding;
+    }
+    else
+    {
+      const double padding = this->Padding < 0 ? 0.0 : this->Padding;
+      lo[a] = this->Origin[a] - padding;
+      hi[a] = this->Origin[a] + this->Scale[a] + padding;
+    }
+  }
 }
 
 //------------------------------------------------------------------------------
@@ -243,27 +241,10 @@ int vtkPointNeighborhoodVolume::RequestData(
     return fail("The particles (Input) have no points.");
   }
 
+  double bounds[6];
+  particles->GetBounds(bounds);
   double lo[3], hi[3];
-  if (this->UseParticleBounds)
-  {
-    double bounds[6];
-    particles->GetBounds(bounds);
-    const double padding = this->Padding < 0 ? this->Radius : this->Padding;
-    for (int a = 0; a < 3; ++a)
-    {
-      lo[a] = bounds[2 * a] - padding;
-      hi[a] = bounds[2 * a + 1] + padding;
-    }
-  }
-  else
-  {
-    const double padding = this->Padding < 0 ? 0.0 : this->Padding;
-    for (int a = 0; a < 3; ++a)
-    {
-      lo[a] = this->Origin[a] - padding;
-      hi[a] = this->Origin[a] + this->Scale[a] + padding;
-    }
-  }
+  this->VolumeBox(bounds, lo, hi);
   double origin[3], spacing[3];
   int cells[3];
   if (!VolumeGrid(lo, hi, this->RefinementMode, this->Resolution, this->CellSize, origin, spacing, cells, error))

@@ -73,6 +73,8 @@ protected:
   int RequestInformation(vtkInformation*, vtkInformationVector**, vtkInformationVector*) override;
   int RequestData(vtkInformation*, vtkInformationVector**, vtkInformationVector*) override;
   bool ProcessesBlocksSeparately() const override { return false; }
+  /// The volume's box (class description): the particles' bounds padded, or Origin and Scale.
+  void VolumeBox(const double particleBounds[6], double lo[3], double hi[3]) const;
   /// The particles' bounds for RequestInformation, the particles updated first; false when there
   /// are none.
   bool UpdatedParticleBounds(vtkInformation* inInfo, vtkInformation* outInfo, double bounds[6]);

@@ -283,6 +283,34 @@ int runEveryOperation(std::int64_t n, Backend backend)
   return 0;
 }
 
+/// `runs` runs of r: device-resident and wall milliseconds of each, the last report; false (and
+/// the error printed) when the method fails.
+bool timedRuns(Engine& engine, const Request& r, int runs, std::vector<double>& resident, std::vector<double>& wall,
+  Report& report)
+{
+  try
+  {
+    for (int k = 0; k < runs; ++k)
+    {
+      const auto began = std::chrono::steady_clock::now();
+      report = engine.run(r);
+      wall.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
+      double t = 0;
+      for (const auto& stage : report.stages)
+      {
+        t += isDeviceResident(stage.stage) ? stage.milliseconds : 0.0;
+      }
+      resident.push_back(t);
+    }
+    return true;
+  }
+  catch (const Error& error)
+  {
+    std::fprintf(stderr, "%s: %s\n", toString(r.method), error.what());
+    return false;
+  }
+}
+
 /// --volume=N: density of 4M uniform random particles (box 90, R = 1.5, about 80 neighbors each)
 /// on an N^3 grid over their bounds padded by R (SPH Volume Interpolator's use), every method of
 /// --methods side by side: the median device-resident time (sort and query passes) and the
@@ -328,24 +356,8 @@ int runVolume(std::int64_t side, const std::vector<Method>& methods, Backend bac
     r.method = method;
     std::vector<double> resident, wall;
     Report report;
-    try
+    if (!timedRuns(engine, r, runs, resident, wall, report))
     {
-      for (int k = 0; k < runs; ++k)
-      {
-        const auto began = std::chrono::steady_clock::now();
-        report = engine.run(r);
-        wall.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
-        double t = 0;
-        for (const auto& stage : report.stages)
-        {
-          t += isDeviceResident(stage.stage) ? stage.milliseconds : 0.0;
-        }
-        resident.push_back(t);
-      }
-    }
-    catch (const Error& error)
-    {
-      std::fprintf(stderr, "%s: %s\n", toString(method), error.what());
       continue;
     }
     std::int64_t validCount = 0;
@@ -414,24 +426,8 @@ int runPeriodicTable(const std::vector<Method>& methods, Backend backend, int ru
       r.method = method;
       std::vector<double> resident, wall;
       Report report;
-      try
+      if (!timedRuns(engine, r, runs, resident, wall, report))
       {
-        for (int k = 0; k < runs; ++k)
-        {
-          const auto began = std::chrono::steady_clock::now();
-          report = engine.run(r);
-          wall.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
-          double t = 0;
-          for (const auto& stage : report.stages)
-          {
-            t += isDeviceResident(stage.stage) ? stage.milliseconds : 0.0;
-          }
-          resident.push_back(t);
-        }
-      }
-      catch (const Error& error)
-      {
-        std::fprintf(stderr, "%s: %s\n", toString(method), error.what());
         continue;
       }
       std::ostringstream line;
