@@ -108,7 +108,7 @@ struct Problem
   float nullValue = 0.0f;
   QuerySet queries;
   const ProgressReporter* progress = nullptr;
-  // SPH smoothing of queries: `mass` holds m_j / rho_j already (periodic boxes, Periodic.h).
+  // SPH smoothing: `mass` holds m_j / rho_j already (periodic boxes, Periodic.h), so no density pass.
   bool sphWeightsGiven = false;
 
   /// Entries per output array: one per query.

@@ -177,6 +177,10 @@ void runOperation(Executor& ex, const Problem& p)
       {
         ex.setWeights(WeightMode::One);
       }
+      else if (p.sphWeightsGiven)
+      {
+        ex.setWeights(WeightMode::Mass); // m_j / rho_j, from the caller
+      }
       else
       {
         // SPH normalization needs rho_j of every neighbor: a density pass first.

@@ -97,6 +97,21 @@ ImageSource withImages(const Request& r, const Points& input, const double lo[3]
     k0 = static_cast<std::int64_t>(std::ceil((lo[a] - margin - w) / L));
     k1 = static_cast<std::int64_t>(std::floor((hi[a] + margin - w) / L));
   };
+  // Most points need no image: those farther than the margin (and a rounding slack) from both
+  // ends of [lo, hi] on every periodic axis. They skip the divisions above.
+  double noImageLo[3], noImageHi[3];
+  for (int a = 0; a < 3; ++a)
+  {
+    const double L = r.boxLengths[a];
+    const double margin = r.radius * (1.0 + 1e-9) + 1e-12 * (std::fabs(lo[a]) + std::fabs(hi[a]) + L);
+    const double slack = 1e-9 * (std::fabs(lo[a]) + std::fabs(hi[a]) + L);
+    noImageLo[a] = r.periodic[a] ? std::max(lo[a] - margin, hi[a] + margin - L) + slack : -HUGE_VAL;
+    noImageHi[a] = r.periodic[a] ? std::min(lo[a] - margin + L, hi[a] + margin) - slack : HUGE_VAL;
+  }
+  auto needsNoImage = [&](const double w[3]) {
+    return w[0] > noImageLo[0] && w[0] < noImageHi[0] && w[1] > noImageLo[1] && w[1] < noImageHi[1] &&
+      w[2] > noImageLo[2] && w[2] < noImageHi[2];
+  };
   const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n)));
   std::vector<std::int64_t> perSlice(slices, 0);
   parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
@@ -105,6 +120,10 @@ ImageSource withImages(const Request& r, const Points& input, const double lo[3]
     {
       double w[3];
       wrappedPoint(j, w);
+      if (needsNoImage(w))
+      {
+        continue;
+      }
       std::int64_t combos = 1;
       bool self = true;
       for (int a = 0; a < 3; ++a)
@@ -149,6 +168,10 @@ ImageSource withImages(const Request& r, const Points& input, const double lo[3]
       double w[3];
       wrappedPoint(j, w);
       std::copy(w, w + 3, xyz.begin() + 3 * j);
+      if (needsNoImage(w))
+      {
+        continue;
+      }
       std::int64_t k0[3], k1[3];
       for (int a = 0; a < 3; ++a)
       {
@@ -222,6 +245,141 @@ std::vector<float> particleDensity(const Request& r, const Points& particles, in
   return rho;
 }
 
+/// The open-box request that runs `r` on `source`: same operation and outputs, no periodic axis,
+/// the particles (and their images) as the points; the caller sets queries and outputs.
+Request openRequest(const Request& r, const ImageSource& source)
+{
+  Request d = r;
+  for (int a = 0; a < 3; ++a)
+  {
+    d.periodic[a] = false;
+  }
+  d.points = Points(source.xyz.data(), source.total());
+  d.source = Points();
+  return d;
+}
+
+/// Masses and arrays to smooth extended to the images, and installed in `d`.
+struct ExtendedInputs
+{
+  std::vector<float> masses;
+  std::vector<std::vector<float>> values;
+
+  ExtendedInputs(Request& d, const ImageSource& source)
+  {
+    if (d.mass)
+    {
+      masses = extended(d.mass, 1, source);
+      d.mass = masses.data();
+    }
+    values.reserve(d.smoothed.size());
+    for (SmoothedArray& array : d.smoothed)
+    {
+      values.push_back(extended(array.values, array.components, source));
+      array.values = values.back().data();
+    }
+  }
+};
+
+/// SPH weights m_j / rho_j for every source point and image, from the particles' periodic
+/// density (an image takes its particle's rho: near the outer edge of the images, its own
+/// neighborhood is cut off).
+std::vector<float> sphWeights(const Request& r, const std::vector<float>& rho, const ImageSource& source)
+{
+  const std::int64_t n = source.points;
+  std::vector<float> weights(static_cast<std::size_t>(source.total()));
+  const float constant = static_cast<float>(r.constantMass);
+  for (std::int64_t j = 0; j < source.total(); ++j)
+  {
+    const std::int64_t k = j < n ? j : source.original[static_cast<std::size_t>(j - n)];
+    weights[static_cast<std::size_t>(j)] = (r.mass ? r.mass[k] : constant) / rho[static_cast<std::size_t>(k)];
+  }
+  return weights;
+}
+
+/// The last run's report, after the stages of the earlier ones, with the images counted.
+Report withStages(const Report& earlier, const Report& last, const ImageSource& source)
+{
+  Report merged = last;
+  merged.stages = earlier.stages;
+  merged.pairsDecidedInDouble = earlier.pairsDecidedInDouble;
+  mergeStages(merged, last, "");
+  merged.periodicImages = source.images;
+  return merged;
+}
+
+/// Particles that are their own queries: the open engine runs on the wrapped particles and their
+/// images as one particle set, so every method searches in its own cell order (CLAWS with its
+/// symmetric pass). Results for the images are computed and dropped: about images / points more
+/// search work.
+Report runParticlesWithImages(const Request& r, const ImageSource& source, const OpenRun& openRun, Report report)
+{
+  const std::int64_t n = source.points;
+  const std::size_t total = static_cast<std::size_t>(source.total());
+  Request d = openRequest(r, source);
+  ExtendedInputs inputs(d, source);
+  // Outputs for every point of the run, images included; the first n are the particles'.
+  std::vector<std::int32_t> counts;
+  std::vector<float> density;
+  std::vector<std::vector<float>> outputs;
+  if (r.neighborCount)
+  {
+    counts.resize(total);
+    d.neighborCount = counts.data();
+  }
+  if (r.density)
+  {
+    density.resize(total);
+    d.density = density.data();
+  }
+  outputs.reserve(d.smoothed.size());
+  for (SmoothedArray& array : d.smoothed)
+  {
+    outputs.emplace_back(total * static_cast<std::size_t>(array.components));
+    array.output = outputs.back().data();
+  }
+
+  RunOptions options;
+  std::vector<float> weights;
+  if (r.operation == Operation::Smoothing && r.normalization == Normalization::SPH)
+  {
+    Request densityRun = d;
+    densityRun.operation = Operation::Density;
+    densityRun.smoothed.clear();
+    std::vector<float> rho(total);
+    densityRun.density = rho.data();
+    mergeStages(report, openRun(densityRun, RunOptions()), "density: ");
+    if (r.density)
+    {
+      std::copy(rho.begin(), rho.begin() + n, r.density);
+    }
+    weights = sphWeights(r, rho, source);
+    d.mass = weights.data();
+    d.density = nullptr;
+    options.sphWeightsGiven = true;
+  }
+
+  Report merged = withStages(report, openRun(d, options), source);
+  if (r.neighborCount)
+  {
+    std::copy(counts.begin(), counts.begin() + n, r.neighborCount);
+    merged.neighborPairs = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+    {
+      merged.neighborPairs += r.neighborCount[i];
+    }
+  }
+  if (d.density)
+  {
+    std::copy(density.begin(), density.begin() + n, r.density);
+  }
+  for (std::size_t a = 0; a < outputs.size(); ++a)
+  {
+    std::copy(outputs[a].begin(), outputs[a].begin() + n * r.smoothed[a].components, r.smoothed[a].output);
+  }
+  return merged;
+}
+
 } // namespace
 
 bool isPeriodic(const Request& r)
@@ -267,7 +425,6 @@ Report runPeriodic(const Request& r, int threads, const OpenRun& openRun, Period
   Timer timer;
   const bool separate = hasSeparateSource(r);
   const Points& particles = separate ? r.source : r.points;
-  const std::int64_t n = particles.count;
 
   // Where results are wanted: the box, or a grid's bounds where the grid is not wrapped.
   double lo[3], hi[3];
@@ -327,18 +484,15 @@ Report runPeriodic(const Request& r, int threads, const OpenRun& openRun, Period
   const ImageSource source = withImages(r, particles, lo, hi, threads, scratch.source, scratch.original);
   Report report;
   addStage(report, "periodic images", timer.milliseconds());
-
-  Request d = r;
-  for (int a = 0; a < 3; ++a)
-  {
-    d.periodic[a] = false;
-  }
-  d.source = Points(source.xyz.data(), source.total());
   if (!separate)
   {
-    d.points = Points(source.xyz.data(), n); // the wrapped particles are the queries
+    return runParticlesWithImages(r, source, openRun, report);
   }
-  else if (!queries.empty())
+
+  // Probe points or a grid as queries, the particles and their images as the source.
+  Request d = openRequest(r, source);
+  d.source = Points(source.xyz.data(), source.total());
+  if (!queries.empty())
   {
     d.points = Points(queries.data(), static_cast<std::int64_t>(queries.size() / 3));
     d.queryGrid = QueryGrid();
@@ -348,75 +502,25 @@ Report runPeriodic(const Request& r, int threads, const OpenRun& openRun, Period
     d.points = Points();
     d.queryGrid = grid;
   }
-  std::vector<float> masses;
-  if (r.mass)
-  {
-    masses = extended(r.mass, 1, source);
-    d.mass = masses.data();
-  }
-  std::vector<std::vector<float>> values;
-  for (SmoothedArray& array : d.smoothed)
-  {
-    values.push_back(extended(array.values, array.components, source));
-    array.values = values.back().data();
-  }
-
+  ExtendedInputs inputs(d, source);
   RunOptions options;
   std::vector<float> weights;
   if (r.operation == Operation::Smoothing && r.normalization == Normalization::SPH)
   {
-    // rho_j at the particles (periodic), then m_j / rho_j on every source point and its images.
-    const std::vector<float> rho = separate ? particleDensity(r, r.source, threads, openRun, report) : [&] {
-      Request densityRun = d;
-      densityRun.operation = Operation::Density;
-      densityRun.smoothed.clear();
-      std::vector<float> out(static_cast<std::size_t>(n));
-      densityRun.density = out.data();
-      mergeStages(report, openRun(densityRun, RunOptions()), "density: ");
-      return out;
-    }();
+    const std::vector<float> rho = particleDensity(r, r.source, threads, openRun, report);
     if (r.density)
     {
-      if (separate)
-      {
-        Request queryDensity = d;
-        queryDensity.operation = Operation::Density;
-        queryDensity.smoothed.clear();
-        mergeStages(report, openRun(queryDensity, RunOptions()), "query density: ");
-      }
-      else
-      {
-        std::copy(rho.begin(), rho.end(), r.density);
-      }
+      Request queryDensity = d;
+      queryDensity.operation = Operation::Density;
+      queryDensity.smoothed.clear();
+      mergeStages(report, openRun(queryDensity, RunOptions()), "query density: ");
     }
-    weights.resize(static_cast<std::size_t>(source.total()));
-    const float constant = static_cast<float>(r.constantMass);
-    for (std::int64_t j = 0; j < source.total(); ++j)
-    {
-      const std::int64_t k = j < n ? j : source.original[static_cast<std::size_t>(j - n)];
-      weights[static_cast<std::size_t>(j)] = (r.mass ? r.mass[k] : constant) / rho[static_cast<std::size_t>(k)];
-    }
+    weights = sphWeights(r, rho, source);
     d.mass = weights.data();
     d.density = nullptr;
     options.sphWeightsGiven = true;
   }
-
-  const Report last = openRun(d, options);
-  Report merged = last;
-  merged.stages = report.stages;
-  merged.pairsDecidedInDouble = report.pairsDecidedInDouble;
-  mergeStages(merged, last, "");
-  merged.periodicImages = source.images;
-  if (!separate && r.operation == Operation::NeighborCount)
-  {
-    // The particles were their own sources at distance 0: not their own neighbors.
-    for (std::int64_t i = 0; i < n; ++i)
-    {
-      r.neighborCount[i] -= 1;
-    }
-    merged.neighborPairs = last.neighborPairs >= 0 ? last.neighborPairs - n : -1;
-  }
-  return merged;
+  return withStages(report, openRun(d, options), source);
 }
 
 } // namespace detail

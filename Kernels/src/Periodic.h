@@ -1,6 +1,7 @@
 // Periodic boxes (Request::periodic) on top of every backend and method: the particles are
-// wrapped into the box, their images within R of where results are wanted join the source as
-// extra points, and the open-box engine runs with the particles (or the probe) as queries.
+// wrapped into the box, their images within R of where results are wanted join them as extra
+// points, and the open-box engine runs on particles and images as one particle set (results for
+// the images are dropped), or with the probe as queries and particles and images as the source.
 // Nothing in the kernels knows about the box, so every method, kernel and operation is periodic
 // the same way, and the pair decisions stay exact (double in the rounding band).
 #pragma once
