@@ -212,8 +212,16 @@ void validate(const Request& r)
   {
     fail("the kernel dimension must be 2 or 3 (got " + std::to_string(r.dimension) + ")");
   }
+  if (r.particleVolumes && !(r.operation == Operation::Smoothing && r.normalization == Normalization::SPH))
+  {
+    fail("particle volumes (Request::particleVolumes) apply to Kernel Smoothing with SPH normalization only");
+  }
+  if (r.particleVolumes && r.density)
+  {
+    fail("with particle volumes (Request::particleVolumes) no density is computed: Request::density must be null");
+  }
   const bool usesMass = detail::operationUsesMass(r.operation, r.normalization);
-  if (usesMass && !r.mass && !std::isfinite(r.constantMass))
+  if (usesMass && !r.mass && !r.particleVolumes && !std::isfinite(r.constantMass))
   {
     fail("the constant mass must be finite");
   }
@@ -252,7 +260,7 @@ void validate(const Request& r)
   }
 }
 
-void checkMass(const float* mass, std::int64_t n, int threads)
+void checkMass(const float* mass, std::int64_t n, int threads, const char* what)
 {
   const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n / 65536)));
   std::vector<std::int64_t> firstBad(slices, -1);
@@ -271,7 +279,7 @@ void checkMass(const float* mass, std::int64_t n, int threads)
     if (i >= 0)
     {
       std::ostringstream s;
-      s << "the mass of point " << i << " is not finite (" << mass[i] << ")";
+      s << "the " << what << " of point " << i << " is not finite (" << mass[i] << ")";
       fail(s.str());
     }
   }
@@ -369,7 +377,7 @@ struct Engine::Impl
   detail::PeriodicScratch periodicScratch;
 
   /// A validated request on an open box.
-  Report runOpen(const Request& request, const detail::RunOptions& options);
+  Report runOpen(const Request& request);
 };
 
 Engine::Engine() : impl_(new Impl) {}
@@ -412,15 +420,19 @@ bool Engine::cudaAvailable(std::string* why)
 #endif
 }
 
-Report Engine::Impl::runOpen(const Request& request, const detail::RunOptions& options)
+Report Engine::Impl::runOpen(const Request& request)
 {
   const bool separate = hasSource(request);
   const Points& particles = separate ? request.source : request.points;
   const std::int64_t n = particles.count;
   const bool usesMass = detail::operationUsesMass(request.operation, request.normalization);
-  if (usesMass && request.mass)
+  if (request.particleVolumes)
   {
-    checkMass(request.mass, n, threads);
+    checkMass(request.particleVolumes, n, threads, "particle volume");
+  }
+  else if (usesMass && request.mass)
+  {
+    checkMass(request.mass, n, threads, "mass");
   }
 
   Report report;
@@ -519,14 +531,14 @@ Report Engine::Impl::runOpen(const Request& request, const detail::RunOptions& o
   problem.method = request.method; // the backend resolves Auto
   problem.kernelType = request.kernel;
   problem.dimension = request.dimension;
-  problem.mass = request.mass;
+  problem.mass = request.particleVolumes ? request.particleVolumes : request.mass;
   problem.constantMass = static_cast<float>(request.constantMass);
   problem.smoothed = &request.smoothed;
   problem.normalization = request.normalization;
   problem.neighborCount = request.neighborCount;
   problem.density = request.density;
   problem.progress = &progress;
-  problem.sphWeightsGiven = options.sphWeightsGiven;
+  problem.sphWeightsGiven = request.particleVolumes != nullptr;
 
   report.neighborPairs = -1;
   try
@@ -565,12 +577,12 @@ Report Engine::run(const Request& request)
   detail::validatePeriodicBox(request);
   if (detail::isPeriodic(request))
   {
-    return detail::runPeriodic(request, impl_->threads, [this](const Request& open, const detail::RunOptions& options) {
+    return detail::runPeriodic(request, impl_->threads, [this](const Request& open) {
       validate(open);
-      return impl_->runOpen(open, options);
+      return impl_->runOpen(open);
     }, impl_->periodicScratch);
   }
-  return impl_->runOpen(request, detail::RunOptions());
+  return impl_->runOpen(request);
 }
 
 } // namespace neighborgrid

@@ -259,10 +259,10 @@ Request openRequest(const Request& r, const ImageSource& source)
   return d;
 }
 
-/// Masses and arrays to smooth extended to the images, and installed in `d`.
+/// Masses, particle volumes and arrays to smooth extended to the images, and installed in `d`.
 struct ExtendedInputs
 {
-  std::vector<float> masses;
+  std::vector<float> masses, volumes;
   std::vector<std::vector<float>> values;
 
   ExtendedInputs(Request& d, const ImageSource& source)
@@ -271,6 +271,11 @@ struct ExtendedInputs
     {
       masses = extended(d.mass, 1, source);
       d.mass = masses.data();
+    }
+    if (d.particleVolumes)
+    {
+      volumes = extended(d.particleVolumes, 1, source);
+      d.particleVolumes = volumes.data();
     }
     values.reserve(d.smoothed.size());
     for (SmoothedArray& array : d.smoothed)
@@ -339,27 +344,25 @@ Report runParticlesWithImages(const Request& r, const ImageSource& source, const
     array.output = outputs.back().data();
   }
 
-  RunOptions options;
   std::vector<float> weights;
-  if (r.operation == Operation::Smoothing && r.normalization == Normalization::SPH)
+  if (r.operation == Operation::Smoothing && r.normalization == Normalization::SPH && !r.particleVolumes)
   {
     Request densityRun = d;
     densityRun.operation = Operation::Density;
     densityRun.smoothed.clear();
     std::vector<float> rho(total);
     densityRun.density = rho.data();
-    mergeStages(report, openRun(densityRun, RunOptions()), "density: ");
+    mergeStages(report, openRun(densityRun), "density: ");
     if (r.density)
     {
       std::copy(rho.begin(), rho.begin() + n, r.density);
     }
     weights = sphWeights(r, rho, source);
-    d.mass = weights.data();
+    d.particleVolumes = weights.data();
     d.density = nullptr;
-    options.sphWeightsGiven = true;
   }
 
-  Report merged = withStages(report, openRun(d, options), source);
+  Report merged = withStages(report, openRun(d), source);
   if (r.neighborCount)
   {
     std::copy(counts.begin(), counts.begin() + n, r.neighborCount);
@@ -503,9 +506,8 @@ Report runPeriodic(const Request& r, int threads, const OpenRun& openRun, Period
     d.queryGrid = grid;
   }
   ExtendedInputs inputs(d, source);
-  RunOptions options;
   std::vector<float> weights;
-  if (r.operation == Operation::Smoothing && r.normalization == Normalization::SPH)
+  if (r.operation == Operation::Smoothing && r.normalization == Normalization::SPH && !r.particleVolumes)
   {
     const std::vector<float> rho = particleDensity(r, r.source, threads, openRun, report);
     if (r.density)
@@ -513,14 +515,13 @@ Report runPeriodic(const Request& r, int threads, const OpenRun& openRun, Period
       Request queryDensity = d;
       queryDensity.operation = Operation::Density;
       queryDensity.smoothed.clear();
-      mergeStages(report, openRun(queryDensity, RunOptions()), "query density: ");
+      mergeStages(report, openRun(queryDensity), "query density: ");
     }
     weights = sphWeights(r, rho, source);
-    d.mass = weights.data();
+    d.particleVolumes = weights.data();
     d.density = nullptr;
-    options.sphWeightsGiven = true;
   }
-  return withStages(report, openRun(d, options), source);
+  return withStages(report, openRun(d), source);
 }
 
 } // namespace detail

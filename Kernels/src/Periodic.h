@@ -17,15 +17,7 @@ namespace neighborgrid
 namespace detail
 {
 
-/// What a run on the open-box engine may be told beyond its request.
-struct RunOptions
-{
-  // SPH smoothing: Request::mass already holds m_j / rho_j per source point (the periodic
-  // layer computed rho_j itself), so no density pass runs and no weight is divided.
-  bool sphWeightsGiven = false;
-};
-
-using OpenRun = std::function<Report(const Request&, const RunOptions&)>;
+using OpenRun = std::function<Report(const Request&)>;
 
 bool isPeriodic(const Request& request);
 

@@ -1688,6 +1688,79 @@ TEST(EnginePeriodicBox, RejectsBadBoxes)
   EXPECT_THROW(Engine().run(r), Error);
 }
 
+/// SPH smoothing with the particle volumes V_j = m_j / rho_j given (a distributed run's halo)
+/// equals SPH smoothing that computes rho_j itself: particles, probe points, periodic box.
+TEST(EngineParticleVolumes, GivenVolumesMatchTheEnginesOwnDensity)
+{
+  const Cloud cloud = ngtest::makeCloud("clustered", 3000, 10.0, 31);
+  const std::int64_t n = cloud.size();
+  std::vector<float> mass(static_cast<std::size_t>(n)), values(static_cast<std::size_t>(2 * n));
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    mass[i] = 0.5f + 0.001f * static_cast<float>(i % 700);
+    values[2 * i] = std::sin(0.01f * static_cast<float>(i));
+    values[2 * i + 1] = -1.0f + 0.002f * static_cast<float>(i % 1000);
+  }
+  const std::vector<float> probe = { 5.0f, 5.0f, 5.0f, 0.1f, 9.9f, 3.0f, 20.0f, 20.0f, 20.0f };
+  for (bool periodic : { false, true })
+  {
+    for (bool separate : { false, true })
+    {
+      for (Method method : methodsFor(Scenario{ "clustered", 3000, 10.0, 0.9, true, 31 }))
+      {
+        SCOPED_TRACE(std::string(toString(method)) + (periodic ? " periodic" : " open") +
+          (separate ? " probe" : " particles"));
+        Request base = baseRequest(cloud, 0.9, method);
+        for (int a = 0; a < 3 && periodic; ++a)
+        {
+          base.periodic[a] = true;
+          base.boxLengths[a] = 10.0;
+        }
+        // rho_j at the particles.
+        Request density = base;
+        std::vector<float> rho(static_cast<std::size_t>(n));
+        density.operation = Operation::Density;
+        density.mass = mass.data();
+        density.density = rho.data();
+        Engine engine;
+        engine.run(density);
+        std::vector<float> volumes(static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i)
+        {
+          volumes[i] = mass[i] / rho[i];
+        }
+
+        Request sph = base;
+        sph.operation = Operation::Smoothing;
+        sph.normalization = Normalization::SPH;
+        sph.mass = mass.data();
+        if (separate)
+        {
+          sph.source = sph.points;
+          sph.points = Points(probe.data(), 3);
+        }
+        const std::int64_t results = separate ? 3 : n;
+        std::vector<float> expected(static_cast<std::size_t>(2 * results)), given(expected.size(), -7.0f);
+        sph.smoothed = { SmoothedArray{ values.data(), 2, expected.data(), "v" } };
+        engine.run(sph);
+        Request withVolumes = sph;
+        withVolumes.mass = nullptr;
+        withVolumes.particleVolumes = volumes.data();
+        withVolumes.smoothed[0].output = given.data();
+        engine.run(withVolumes);
+        for (std::size_t k = 0; k < expected.size(); ++k)
+        {
+          ASSERT_NEAR(given[k], expected[k], 1e-6 * (1.0 + std::fabs(expected[k]))) << "entry " << k;
+        }
+
+        std::vector<float> densityOut(static_cast<std::size_t>(results));
+        withVolumes.density = densityOut.data();
+        EXPECT_THROW(engine.run(withVolumes), Error) << "density with given volumes was accepted";
+      }
+    }
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv)

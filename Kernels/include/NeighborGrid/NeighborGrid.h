@@ -147,6 +147,11 @@ struct Request
 
   std::vector<SmoothedArray> smoothed; // Operation::Smoothing: any number of arrays (per source point)
   Normalization normalization = Normalization::Shepard;
+  // SPH smoothing only, optional: the particle volumes V_j = m_j / rho_j, one per source point,
+  // for a caller that has rho_j already (a distributed run, where the density of a halo point
+  // comes from the rank that owns it). Then no density pass runs, `mass` is not read, and
+  // `density` must be null.
+  const float* particleVolumes = nullptr;
 
   Backend backend = Backend::Auto;
   Method method = Method::Auto;
