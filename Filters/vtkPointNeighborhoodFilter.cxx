@@ -34,6 +34,7 @@
 #include "vtkInformation.h"
 #include "vtkInformationVector.h"
 #include "vtkIntArray.h"
+#include "vtkMultiProcessController.h"
 #include "vtkNew.h"
 #include "vtkObjectFactory.h"
 #include "vtkPointData.h"
@@ -44,6 +45,8 @@
 #include "vtkStringArray.h"
 #include "vtkUnsignedCharArray.h"
 #include "vtkWeakPointer.h"
+
+#include "NeighborhoodDistributed.h"
 
 #include <NeighborGrid/NeighborGrid.h>
 
@@ -264,6 +267,10 @@ struct vtkPointNeighborhoodFilter::Internals
   /// across updates (and across the blocks of a composite dataset).
   neighborgrid::Engine Engine;
 
+  /// The processes the particles are spread over; the global controller unless set.
+  vtkSmartPointer<vtkMultiProcessController> Controller = vtkMultiProcessController::GetGlobalController();
+  int Ranks() const { return this->Controller ? std::max(1, this->Controller->GetNumberOfProcesses()) : 1; }
+
   /// Observes this filter's StartEvent/EndEvent. The executive fires them once around a whole
   /// composite execution (while its input is still the composite dataset) and once around each
   /// block, so they tell whether RequestData() is processing one block of a composite.
@@ -345,6 +352,21 @@ vtkPointNeighborhoodFilter::vtkPointNeighborhoodFilter()
 vtkPointNeighborhoodFilter::~vtkPointNeighborhoodFilter()
 {
   this->RemoveObserver(this->Internal->ExecutionObserver);
+}
+
+//------------------------------------------------------------------------------
+void vtkPointNeighborhoodFilter::SetController(vtkMultiProcessController* controller)
+{
+  if (this->Internal->Controller != controller)
+  {
+    this->Internal->Controller = controller;
+    this->Modified();
+  }
+}
+
+vtkMultiProcessController* vtkPointNeighborhoodFilter::GetController()
+{
+  return this->Internal->Controller;
 }
 
 //------------------------------------------------------------------------------
@@ -469,8 +491,17 @@ int vtkPointNeighborhoodFilter::RequestData(
     return fail("Kernel Smoothing needs at least one point array to smooth (AddSmoothedArray).");
   }
 
+  const bool distributed = this->Internal->Ranks() > 1;
+  if (distributed && this->Internal->InCompositeExecution)
+  {
+    return fail("With several processes (MPI) the blocks of a composite dataset would each need their own "
+                "collective run: merge the blocks first (Merge Blocks).");
+  }
+
   // --- Empty input: an error on its own, passed through as a composite block -----------------
-  if (pointCount == 0)
+  // Under MPI a process without points still takes part: the others may send it nothing, but
+  // they wait for it.
+  if (pointCount == 0 && !distributed)
   {
     if (!this->Internal->InCompositeExecution)
     {
@@ -533,7 +564,14 @@ int vtkPointNeighborhoodFilter::RequestData(
 int vtkPointNeighborhoodFilter::ComputeNeighborhood(
   vtkPointSet* particles, const QuerySpec& queries, ComputeResult& result)
 {
+  vtkMultiProcessController* controller = this->Internal->Controller;
+  bool collectiveRunStarted = false;
   auto fail = [&](const std::string& message) {
+    if (!collectiveRunStarted)
+    {
+      // The other processes wait for this one in the run: tell them it will not come.
+      neighborgrid_filters::ReportFailureToOtherRanks(controller, message);
+    }
     result.Error = message;
     return 0;
   };
@@ -601,8 +639,12 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
   // relative to the bounds' minimum itself); any other type is converted to double first.
   std::vector<double> convertedCoordinates;
   neighborgrid::Points particlePoints;
-  vtkDataArray* coordinates = particles->GetPoints()->GetData();
-  if (auto* floats = vtkArrayDownCast<vtkAOSDataArrayTemplate<float>>(coordinates))
+  vtkDataArray* coordinates = particles->GetPoints() ? particles->GetPoints()->GetData() : nullptr;
+  if (!coordinates || particleCount == 0)
+  {
+    particlePoints = neighborgrid::Points(static_cast<const float*>(nullptr), 0); // a process without points
+  }
+  else if (auto* floats = vtkArrayDownCast<vtkAOSDataArrayTemplate<float>>(coordinates))
   {
     particlePoints = neighborgrid::Points(floats->GetPointer(0), particleCount);
   }
@@ -779,6 +821,10 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
         request.queryGrid.dimensions[a] = queries.Dimensions[a];
       }
     }
+    else if (!queries.Coordinates || resultCount == 0)
+    {
+      request.points = neighborgrid::Points(static_cast<const float*>(nullptr), 0); // a process without queries
+    }
     else if (auto* floats = vtkArrayDownCast<vtkAOSDataArrayTemplate<float>>(queries.Coordinates))
     {
       request.points = neighborgrid::Points(floats->GetPointer(0), resultCount);
@@ -801,9 +847,14 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
 
   // --- Run -----------------------------------------------------------------------------------
   neighborgrid::Report report;
+  neighborgrid_filters::DistributedSummary distributed;
+  vtkUnsignedCharArray* ghosts = particles->GetPointGhostArray();
   try
   {
-    report = this->Internal->Engine.run(request);
+    collectiveRunStarted = true;
+    report = neighborgrid_filters::RunDistributed(this->Internal->Engine, request,
+      queries.Kind == QuerySpec::PARTICLES, ghosts && ghosts->GetNumberOfTuples() == particleCount ? ghosts->GetPointer(0) : nullptr, controller,
+      distributed);
   }
   catch (const neighborgrid::Aborted& aborted)
   {
@@ -868,6 +919,14 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
     info.push_back("periodic_images=" + ToText(static_cast<vtkIdType>(report.periodicImages)));
   }
   info.push_back("points=" + ToText(particleCount));
+  if (distributed.ranks > 1 || distributed.ghostPoints > 0)
+  {
+    info.push_back("rank=" + ToText(distributed.rank) + " of " + ToText(distributed.ranks));
+    info.push_back("halo_points_received=" + ToText(static_cast<vtkIdType>(distributed.haloReceived)));
+    info.push_back("halo_points_sent=" + ToText(static_cast<vtkIdType>(distributed.haloSent)));
+    info.push_back("ghost_points=" + ToText(static_cast<vtkIdType>(distributed.ghostPoints)));
+    info.push_back("cuda_device=" + ToText(distributed.cudaDevice));
+  }
   if (queries.Kind != QuerySpec::PARTICLES)
   {
     info.push_back("queries=" + ToText(resultCount));

@@ -20,7 +20,8 @@
  * and the Wendland C2 kernel of vtkWendlandQuinticKernel), so results agree with vtkSPHInterpolator.
  * The output shallow-copies the input and adds the arrays above, plus a field-data string array
  * "NeighborGridInfo" (backend, method, device, time per stage). The input is never modified.
- * Each block of a composite dataset is processed on its own.
+ * Each block of a composite dataset is processed on its own. Under MPI (several processes of
+ * the controller) results are those of one serial run over all processes' points (SetController).
  *
  * The work runs in the NeighborGrid engine (NeighborGrid/NeighborGrid.h): backend Auto uses a
  * CUDA GPU when one is usable and the CPU otherwise. The filter keeps its engine, so device
@@ -49,6 +50,7 @@
 class vtkAbstractArray;
 class vtkDataArray;
 class vtkDataObject;
+class vtkMultiProcessController;
 class vtkPointSet;
 
 class NEIGHBORGRIDFILTERS_EXPORT vtkPointNeighborhoodFilter : public vtkPassInputTypeAlgorithm
@@ -183,6 +185,19 @@ public:
   vtkGetVector3Macro(BoxOrigin, double);
   vtkSetVector3Macro(BoxLengths, double);
   vtkGetVector3Macro(BoxLengths, double);
+  ///@}
+
+  ///@{
+  /// The processes the particles are spread over (pvbatch, pvserver, or an MPI application),
+  /// default vtkMultiProcessController::GetGlobalController(). With several processes the run is
+  /// collective (every process executes the filter) and every process's points get exactly the
+  /// results of one serial run over the points of all processes: particles within R of another
+  /// process's points (or probe points) are sent to it first. Points marked as ghosts
+  /// (vtkGhostType DUPLICATEPOINT) are copies: they are not counted as particles and get their
+  /// owner's result. Each process takes the CUDA device of its rank among the processes on its
+  /// host (modulo the host's devices). See NeighborhoodDistributed.h for what is exchanged.
+  void SetController(vtkMultiProcessController* controller);
+  vtkMultiProcessController* GetController();
   ///@}
 
   /// What the last execution ran on and how long each stage took (also in NeighborGridInfo).

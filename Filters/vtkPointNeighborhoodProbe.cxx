@@ -2,6 +2,8 @@
 // probe on port 1. The engine does the work (vtkPointNeighborhoodFilter::ComputeNeighborhood).
 #include "vtkPointNeighborhoodProbe.h"
 
+#include "NeighborhoodDistributed.h"
+
 #include "vtkAlgorithmOutput.h"
 #include "vtkCompositeDataSet.h"
 #include "vtkDataArray.h"
@@ -9,6 +11,7 @@
 #include "vtkDataSet.h"
 #include "vtkDoubleArray.h"
 #include "vtkImageData.h"
+#include "vtkMultiProcessController.h"
 #include "vtkInformation.h"
 #include "vtkInformationVector.h"
 #include "vtkMatrix3x3.h"
@@ -112,14 +115,25 @@ int vtkPointNeighborhoodProbe::RequestInformation(
 int vtkPointNeighborhoodProbe::RequestUpdateExtent(
   vtkInformation*, vtkInformationVector** inputVector, vtkInformationVector* outputVector)
 {
-  // Every particle (results near a piece's border need the particles beyond it); the probe as
-  // the output is asked for.
+  // The probe as the output is asked for. The particles: in one process, all of them (results
+  // near a piece's border need the particles beyond it); with several processes, this process's
+  // piece, since the processes send each other the particles near their pieces.
   vtkInformation* particleInfo = inputVector[0]->GetInformationObject(0);
   vtkInformation* probeInfo = inputVector[1]->GetInformationObject(0);
   vtkInformation* outInfo = outputVector->GetInformationObject(0);
-  particleInfo->Set(vtkStreamingDemandDrivenPipeline::UPDATE_PIECE_NUMBER(), 0);
-  particleInfo->Set(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES(), 1);
-  particleInfo->Set(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_GHOST_LEVELS(), 0);
+  vtkMultiProcessController* controller = this->GetController();
+  if (controller && controller->GetNumberOfProcesses() > 1)
+  {
+    particleInfo->CopyEntry(outInfo, vtkStreamingDemandDrivenPipeline::UPDATE_PIECE_NUMBER());
+    particleInfo->CopyEntry(outInfo, vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES());
+    particleInfo->Set(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_GHOST_LEVELS(), 0);
+  }
+  else
+  {
+    particleInfo->Set(vtkStreamingDemandDrivenPipeline::UPDATE_PIECE_NUMBER(), 0);
+    particleInfo->Set(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES(), 1);
+    particleInfo->Set(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_GHOST_LEVELS(), 0);
+  }
   if (particleInfo->Has(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT()))
   {
     particleInfo->Set(vtkStreamingDemandDrivenPipeline::UPDATE_EXTENT(),
@@ -152,13 +166,17 @@ int vtkPointNeighborhoodProbe::RequestData(
   {
     return fail("The probe (Source) must be a vtkDataSet.");
   }
+  vtkMultiProcessController* controller = this->GetController();
+  const bool distributed = controller && controller->GetNumberOfProcesses() > 1;
   std::string error;
   vtkSmartPointer<vtkPointSet> particles = GatherParticles(particleInput, error);
   if (!particles)
   {
+    // The other processes wait for this one in the collective run: tell them it will not come.
+    neighborgrid_filters::ReportFailureToOtherRanks(controller, error);
     return fail(error);
   }
-  if (particles->GetNumberOfPoints() == 0)
+  if (particles->GetNumberOfPoints() == 0 && !distributed)
   {
     return fail("The particles (Input) have no points.");
   }
@@ -204,7 +222,7 @@ int vtkPointNeighborhoodProbe::RequestData(
   }
 
   ComputeResult result;
-  if (queries.Count == 0)
+  if (queries.Count == 0 && !distributed)
   {
     // An empty probe: nothing to compute; it passes through.
     output->ShallowCopy(probe);

@@ -142,7 +142,9 @@ void findBoundsOnHost(const Points& points, int threads, double lo[3], double hi
 
 std::unique_ptr<BackendImplementation> makeCpuBackend(int threads);
 #if defined(NEIGHBORGRID_HAS_CUDA)
-std::unique_ptr<BackendImplementation> makeCudaBackend(std::int64_t deviceMemoryLimit);
+/// device: a CUDA device ordinal, or -1 for the calling thread's current device.
+std::unique_ptr<BackendImplementation> makeCudaBackend(std::int64_t deviceMemoryLimit, int device);
+int cudaDeviceCount();
 bool cudaDeviceUsable(std::string* why);
 /// After a CUDA error: whether the CUDA context still works (false after a sticky error).
 bool cudaContextHealthy();

@@ -371,6 +371,7 @@ struct Engine::Impl
 {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::int64_t deviceMemoryLimit = 0;
+  int cudaDevice = -1;
   std::unique_ptr<detail::BackendImplementation> cpu;
   std::unique_ptr<detail::BackendImplementation> cuda;
 
@@ -405,6 +406,30 @@ void Engine::setDeviceMemoryLimit(std::int64_t bytes)
 {
   impl_->deviceMemoryLimit = std::max<std::int64_t>(0, bytes);
   impl_->cuda.reset();
+}
+
+void Engine::setCudaDevice(int device)
+{
+  if (device < -1 || (device >= 0 && device >= cudaDeviceCount()))
+  {
+    std::ostringstream s;
+    s << "CUDA device " << device << " does not exist (this machine has " << cudaDeviceCount() << ")";
+    fail(s.str());
+  }
+  if (device != impl_->cudaDevice)
+  {
+    impl_->cudaDevice = device;
+    impl_->cuda.reset();
+  }
+}
+
+int Engine::cudaDeviceCount()
+{
+#if defined(NEIGHBORGRID_HAS_CUDA)
+  return cudaAvailable() ? detail::cudaDeviceCount() : 0;
+#else
+  return 0;
+#endif
 }
 
 bool Engine::cudaAvailable(std::string* why)
@@ -485,7 +510,7 @@ Report Engine::Impl::runOpen(const Request& request)
 #if defined(NEIGHBORGRID_HAS_CUDA)
     if (!cuda)
     {
-      cuda = detail::makeCudaBackend(deviceMemoryLimit);
+      cuda = detail::makeCudaBackend(deviceMemoryLimit, cudaDevice);
     }
     implementation = cuda.get();
 #endif

@@ -237,6 +237,14 @@ public:
   /// free). A run that needs more fails with an Error that says how much it needs.
   void setDeviceMemoryLimit(std::int64_t bytes);
 
+  /// The CUDA device this engine runs on: an ordinal below cudaDeviceCount(), or -1 (the
+  /// default) for the calling thread's current device. For one process per GPU, e.g. MPI ranks
+  /// on a node taking devices by node-local rank. Throws Error for a device that does not exist.
+  void setCudaDevice(int device);
+
+  /// Usable CUDA devices (0 without CUDA).
+  static int cudaDeviceCount();
+
   /// Whether this build has the CUDA backend and a device is usable; `why` says why not.
   static bool cudaAvailable(std::string* why = nullptr);
 

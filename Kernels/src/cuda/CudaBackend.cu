@@ -264,15 +264,24 @@ private:
 class CudaBackend final : public BackendImplementation
 {
 public:
-  explicit CudaBackend(std::int64_t memoryLimit)
+  CudaBackend(std::int64_t memoryLimit, int device)
     : memoryLimit_(memoryLimit), deviceRaw_(inputPool_), boundsPartial_(pool_), firstBad_(pool_), mass_(pool_),
       values_(pool_), smoothed_(pool_), density_(pool_), count_(pool_), orderedDensity_(pool_), gathered_(pool_),
       decided_(pool_), valid_(pool_), queryRaw_(pool_)
   {
+    if (device >= 0)
+    {
+      NG_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice");
+    }
     NG_CUDA_CHECK(cudaGetDevice(&device_.id), "cudaGetDevice");
     cudaDeviceProp prop{};
     NG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_.id), "cudaGetDeviceProperties");
     device_.name = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 1)
+    {
+      device_.name += ", device " + std::to_string(device_.id); // which one, where a node has several
+    }
     device_.multiprocessors = prop.multiProcessorCount;
     device_.sharedMemoryPerBlock = static_cast<int>(prop.sharedMemPerBlockOptin);
     NG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -298,6 +307,8 @@ public:
   /// and to decide pairs within rounding of R.
   void prepareCoordinates(const Points& points, int /*threads*/, Problem& problem) override
   {
+    // CUDA's current device is per host thread: this engine's device, whichever thread runs.
+    NG_CUDA_CHECK(cudaSetDevice(device_.id), "cudaSetDevice");
     const std::int64_t n = points.count;
     const std::size_t element = points.type == ScalarType::Float32 ? sizeof(float) : sizeof(double);
     const std::size_t bytes = 3 * std::size_t(n) * element;
@@ -879,9 +890,20 @@ std::string cudaMarkContextLost()
          "reason";
 }
 
-std::unique_ptr<BackendImplementation> makeCudaBackend(std::int64_t deviceMemoryLimit)
+std::unique_ptr<BackendImplementation> makeCudaBackend(std::int64_t deviceMemoryLimit, int device)
 {
-  return std::make_unique<CudaBackend>(deviceMemoryLimit);
+  return std::make_unique<CudaBackend>(deviceMemoryLimit, device);
+}
+
+int cudaDeviceCount()
+{
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess)
+  {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
 }
 
 } // namespace detail
