@@ -2,19 +2,26 @@
 // chosen as ParaView's Bounded Volume chooses it. The engine generates the grid's points.
 #include "vtkPointNeighborhoodVolume.h"
 
+#include "NeighborhoodDistributed.h"
+
 #include "vtkAlgorithmOutput.h"
 #include "vtkCompositeDataSet.h"
 #include "vtkDataSet.h"
 #include "vtkDataObject.h"
+#include "vtkExtentTranslator.h"
 #include "vtkImageData.h"
 #include "vtkInformation.h"
 #include "vtkInformationVector.h"
+#include "vtkMultiProcessController.h"
+#include "vtkNew.h"
+#include "vtkPolyData.h"
 #include "vtkObjectFactory.h"
 #include "vtkPointData.h"
 #include "vtkPointSet.h"
 #include "vtkSmartPointer.h"
 #include "vtkStreamingDemandDrivenPipeline.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -65,6 +72,57 @@ bool VolumeGrid(const double lo[3], const double hi[3], int mode, const int reso
     }
   }
   return true;
+}
+
+/// The bounds of the particles of every process (collective with several): false when no
+/// process has a point.
+bool AllProcessBounds(vtkMultiProcessController* controller, vtkDataObject* particles, double bounds[6])
+{
+  // Reduced as minima of (lo, -hi), so that an empty piece contributes +inf.
+  double mine[6] = { HUGE_VAL, HUGE_VAL, HUGE_VAL, HUGE_VAL, HUGE_VAL, HUGE_VAL };
+  double local[6];
+  bool any = false;
+  if (auto* composite = vtkCompositeDataSet::SafeDownCast(particles))
+  {
+    composite->GetBounds(local);
+    any = local[0] <= local[1] && local[2] <= local[3] && local[4] <= local[5];
+  }
+  else if (auto* set = vtkDataSet::SafeDownCast(particles))
+  {
+    any = set->GetNumberOfPoints() > 0;
+    if (any)
+    {
+      set->GetBounds(local);
+    }
+  }
+  if (any)
+  {
+    for (int a = 0; a < 3; ++a)
+    {
+      mine[a] = local[2 * a];
+      mine[3 + a] = -local[2 * a + 1];
+    }
+  }
+  double all[6];
+  if (controller && controller->GetNumberOfProcesses() > 1)
+  {
+    controller->AllReduce(mine, all, 6, vtkCommunicator::MIN_OP);
+  }
+  else
+  {
+    std::copy(mine, mine + 6, all);
+  }
+  for (int a = 0; a < 3; ++a)
+  {
+    bounds[2 * a] = all[a];
+    bounds[2 * a + 1] = -all[3 + a];
+  }
+  return bounds[0] <= bounds[1] && bounds[2] <= bounds[3] && bounds[4] <= bounds[5];
+}
+
+bool Distributed(vtkMultiProcessController* controller)
+{
+  return controller && controller->GetNumberOfProcesses() > 1;
 }
 
 } // namespace
@@ -141,6 +199,12 @@ int vtkPointNeighborhoodVolume::RequestInformation(
     const int empty[6] = { 0, -1, 0, -1, 0, -1 };
     outInfo->Set(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), empty, 6);
   }
+  if (Distributed(this->GetController()))
+  {
+    // Each process computes its piece of the whole extent (RequestData), from its particles and
+    // the halo the others send it.
+    outInfo->Set(vtkAlgorithm::CAN_HANDLE_PIECE_REQUEST(), 1);
+  }
   return 1;
 }
 
@@ -182,28 +246,10 @@ bool vtkPointNeighborhoodVolume::UpdatedParticleBounds(
     pieces = outInfo->Get(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES());
   }
   vtkAlgorithm* producer = connection->GetProducer();
-  if (!producer->UpdatePiece(piece, pieces, 0))
-  {
-    return false;
-  }
-  vtkDataObject* particles = producer->GetOutputDataObject(connection->GetIndex());
-  if (auto* composite = vtkCompositeDataSet::SafeDownCast(particles))
-  {
-    composite->GetBounds(bounds);
-  }
-  else if (auto* set = vtkDataSet::SafeDownCast(particles))
-  {
-    if (set->GetNumberOfPoints() == 0)
-    {
-      return false;
-    }
-    set->GetBounds(bounds);
-  }
-  else
-  {
-    return false;
-  }
-  return bounds[0] <= bounds[1] && bounds[2] <= bounds[3] && bounds[4] <= bounds[5];
+  const bool updated = producer->UpdatePiece(piece, pieces, 0) != 0;
+  // Under MPI every process takes part in the reduction, even one whose update failed.
+  vtkDataObject* particles = updated ? producer->GetOutputDataObject(connection->GetIndex()) : nullptr;
+  return AllProcessBounds(this->GetController(), particles, bounds) && updated;
 }
 
 //------------------------------------------------------------------------------
@@ -230,19 +276,27 @@ int vtkPointNeighborhoodVolume::RequestData(
   {
     return fail("The radius must be a finite number > 0 (got " + std::to_string(this->Radius) + ").");
   }
+  vtkMultiProcessController* controller = this->GetController();
+  const bool distributed = Distributed(controller);
   std::string error;
   vtkSmartPointer<vtkPointSet> particles = GatherParticles(particleInput, error);
+  const std::string gatherError = particles ? std::string() : error;
   if (!particles)
   {
-    return fail(error);
+    particles = vtkSmartPointer<vtkPolyData>::New(); // takes part in the collective steps below
   }
-  if (particles->GetNumberOfPoints() == 0)
-  {
-    return fail("The particles (Input) have no points.");
-  }
-
+  // The box is the same on every process: the bounds of all processes' particles.
   double bounds[6];
-  particles->GetBounds(bounds);
+  const bool anyParticle = AllProcessBounds(controller, particles, bounds);
+  if (!gatherError.empty())
+  {
+    neighborgrid_filters::ReportFailureToOtherRanks(controller, gatherError);
+    return fail(gatherError);
+  }
+  if (!anyParticle)
+  {
+    return fail("The particles (Input) have no points."); // on every process alike
+  }
   double lo[3], hi[3];
   this->VolumeBox(bounds, lo, hi);
   double origin[3], spacing[3];
@@ -259,18 +313,39 @@ int vtkPointNeighborhoodVolume::RequestData(
       << "raise the CellSize.";
     return fail(s.str());
   }
-  const int extent[6] = { 0, cells[0], 0, cells[1], 0, cells[2] };
-  outInfo->Set(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), extent, 6);
+  int wholeExtent[6] = { 0, cells[0], 0, cells[1], 0, cells[2] };
+  outInfo->Set(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), wholeExtent, 6);
+  int extent[6];
+  std::copy(wholeExtent, wholeExtent + 6, extent);
+  if (distributed)
+  {
+    // This process's piece of the whole extent (pieces share their boundary points).
+    int piece = controller->GetLocalProcessId(), pieces = controller->GetNumberOfProcesses();
+    if (outInfo->Has(vtkStreamingDemandDrivenPipeline::UPDATE_PIECE_NUMBER()) &&
+      outInfo->Has(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES()))
+    {
+      piece = outInfo->Get(vtkStreamingDemandDrivenPipeline::UPDATE_PIECE_NUMBER());
+      pieces = outInfo->Get(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES());
+    }
+    vtkNew<vtkExtentTranslator> translator;
+    if (!translator->PieceToExtentThreadSafe(
+          piece, pieces, 0, wholeExtent, extent, vtkExtentTranslator::BLOCK_MODE, 0))
+    {
+      extent[0] = extent[2] = extent[4] = 0; // no piece for this process: an empty extent
+      extent[1] = extent[3] = extent[5] = -1;
+    }
+  }
 
   QuerySpec queries;
   queries.Kind = QuerySpec::GRID;
+  queries.Count = 1;
   for (int a = 0; a < 3; ++a)
   {
-    queries.Origin[a] = origin[a];
+    queries.Origin[a] = origin[a] + extent[2 * a] * spacing[a];
     queries.Spacing[a] = spacing[a];
-    queries.Dimensions[a] = cells[a] + 1;
+    queries.Dimensions[a] = std::max(0, extent[2 * a + 1] - extent[2 * a] + 1);
+    queries.Count *= queries.Dimensions[a];
   }
-  queries.Count = static_cast<vtkIdType>(points);
   ComputeResult result;
   const int status = this->ComputeNeighborhood(particles, queries, result);
   if (status == 2)

@@ -114,12 +114,30 @@ def fetched(proxy, names):
     for name in names + ["Id"]:
         array = pd.GetArray(name)
         result[name] = None if array is None else vtk_to_numpy(array).copy()
+    if result["Id"] is None and data.GetNumberOfPoints():
+        # Grid points (the volume): the id is the point's index in the whole grid, from its
+        # coordinates; points on the boundary between two ranks' pieces come twice, and the
+        # second copy is compared like a ghost point.
+        xyz = vtk_to_numpy(data.GetPoints().GetData()).astype(np.float64)
+        index = []
+        for a in range(3):
+            values = np.unique(np.round(xyz[:, a], 6))
+            index.append(np.searchsorted(values, np.round(xyz[:, a], 6)))
+        sizes = [int(i.max()) + 1 for i in index]
+        ids = (index[2] * sizes[1] + index[1]) * sizes[0] + index[0]
+        _, first = np.unique(ids, return_index=True)
+        duplicate = np.ones(len(ids), dtype=np.uint8)
+        duplicate[first] = 0
+        result["Id"] = ids
+        result["duplicate"] = duplicate
     info = data.GetFieldData().GetAbstractArray("NeighborGridInfo")
     result["info"] = "" if info is None else "\n".join(
         info.GetValue(k) for k in range(info.GetNumberOfValues()))
     ghost = pd.GetArray("vtkGhostType")
     result["ghost"] = (np.zeros(data.GetNumberOfPoints(), dtype=np.uint8) if ghost is None
                        else vtk_to_numpy(ghost).copy())
+    if "duplicate" in result:
+        result["ghost"] = result.pop("duplicate")
     return result
 
 
@@ -162,6 +180,12 @@ def case_results(mode):
                                           SmoothedArrays=["s"], Normalization="SPH")
     probe.MassArray = ["POINTS", "mass"]
     run("probe", probe, ["s_smoothed", "Density", "vtkValidPointMask"])
+    # The volume: each rank computes its piece of the whole extent.
+    volume = PointNeighborhoodVolume(  # noqa: F821
+        Input=particles, Radius=RADIUS, Backend="CPU", Operation="Density",
+        RefinementMode="Use cell-size", CellSize=1.25)
+    volume.MassArray = ["POINTS", "mass"]
+    run("volume", simple.ConvertToPointCloud(Input=volume), ["Density", "vtkValidPointMask"])
     return cases
 
 
