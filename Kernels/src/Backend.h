@@ -70,7 +70,7 @@ struct QuerySet
         q / (grid.dimensions[0] * grid.dimensions[1]) };
       for (int a = 0; a < 3; ++a)
       {
-        x[a] = gridCoordinate(grid.origin[a], ijk[a], grid.spacing[a]);
+        x[a] = gridCoordinate(grid.origin[a], grid.firstIndex[a] + ijk[a], grid.spacing[a]);
       }
     }
     else if (points.type == ScalarType::Float32)
@@ -131,7 +131,13 @@ public:
   /// Finds the bounds (problem.lo, problem.hi) and rejects non-finite coordinates
   /// (failNonFinitePoint), wherever the backend computes; keeps what it needs of the coordinates.
   virtual void prepareCoordinates(const Points& points, int threads, Problem& problem) = 0;
+  /// Throws DoesNotFit (Slabs.h) before writing any output when the run needs more memory than
+  /// bytesAvailable().
   virtual void run(const Problem& problem, Report& report) = 0;
+  /// The memory a run of `problem` (its bounds found) would need, coordinates included.
+  virtual std::int64_t bytesNeeded(const Problem& problem) = 0;
+  /// The memory one run can have: the engine's limit, or what the device has free.
+  virtual std::int64_t bytesAvailable() = 0;
 };
 
 /// Bounds in double and the non-finite check on the host, on `threads` threads.
@@ -140,7 +146,8 @@ void findBoundsOnHost(const Points& points, int threads, double lo[3], double hi
 /// Throws the error for a non-finite coordinate, naming the point and its coordinates.
 [[noreturn]] void failNonFinitePoint(const Points& points, std::int64_t index);
 
-std::unique_ptr<BackendImplementation> makeCpuBackend(int threads);
+/// memoryLimit: bytes of the search's working memory per run, 0 for no limit.
+std::unique_ptr<BackendImplementation> makeCpuBackend(int threads, std::int64_t memoryLimit);
 #if defined(NEIGHBORGRID_HAS_CUDA)
 /// device: a CUDA device ordinal, or -1 for the calling thread's current device.
 std::unique_ptr<BackendImplementation> makeCudaBackend(std::int64_t deviceMemoryLimit, int device);

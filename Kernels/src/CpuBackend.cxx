@@ -12,10 +12,13 @@
 #include "HostSort.h"
 #include "OperationPlan.h"
 #include "Parallel.h"
+#include "Slabs.h"
 #include "Timer.h"
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
+#include <sstream>
 #include <numeric>
 #include <vector>
 
@@ -36,7 +39,44 @@ struct NeighborRange
 class CpuBackend final : public BackendImplementation
 {
 public:
-  explicit CpuBackend(int threads) : threads_(std::max(1, threads)) {}
+  CpuBackend(int threads, std::int64_t memoryLimit) : threads_(std::max(1, threads)), memoryLimit_(memoryLimit) {}
+
+  /// Upper bounds of the search's buffers: per point its ordered copy (16 bytes), index (4),
+  /// key (8, or 24 when keys are wider than 64 bits), cell start and coordinates (32 at one cell
+  /// per point) and lookup slots (32); Brute Force: its copy and the coordinates in double.
+  std::int64_t bytesNeeded(const Problem& p) override
+  {
+    const std::int64_t n = p.count;
+    std::int64_t bytes = 0;
+    if (p.method == Method::BruteForce)
+    {
+      bytes = 40 * n;
+    }
+    else
+    {
+      const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSizeFor(p.radius, 1));
+      bytes = n * (16 + 4 + (layout.mode == KeyMode::Wide ? 24 : 8) + 32 + 32);
+    }
+    if (p.operation == Operation::Smoothing)
+    {
+      int widest = 0;
+      for (const auto& a : *p.smoothed)
+      {
+        widest = std::max(widest, std::min(a.components, maxComponentsPerPass));
+      }
+      bytes += 4 * n * widest;
+      if (p.normalization == Normalization::SPH)
+      {
+        bytes += 4 * n;
+      }
+    }
+    return bytes;
+  }
+
+  std::int64_t bytesAvailable() override
+  {
+    return memoryLimit_ > 0 ? memoryLimit_ : std::numeric_limits<std::int64_t>::max();
+  }
 
   void prepareCoordinates(const Points& points, int threads, Problem& problem) override
   {
@@ -45,6 +85,18 @@ public:
 
   void run(const Problem& problem, Report& report) override
   {
+    if (memoryLimit_ > 0)
+    {
+      const std::int64_t needed = bytesNeeded(problem);
+      if (needed > memoryLimit_)
+      {
+        std::ostringstream s;
+        s << "NeighborGrid: " << problem.count << " points need " << needed
+          << " bytes of working memory for the CPU search, but the engine's memory limit is " << memoryLimit_
+          << " bytes";
+        throw DoesNotFit(s.str(), needed, memoryLimit_);
+      }
+    }
     problem_ = &problem;
     report_ = &report;
     const ProgressReporter& progress = *problem.progress;
@@ -500,6 +552,7 @@ private:
   }
 
   int threads_;
+  std::int64_t memoryLimit_;
   Method method_ = Method::CountingSort;
   const Problem* problem_ = nullptr;
   Report* report_ = nullptr;
@@ -525,9 +578,9 @@ private:
 
 } // namespace
 
-std::unique_ptr<BackendImplementation> makeCpuBackend(int threads)
+std::unique_ptr<BackendImplementation> makeCpuBackend(int threads, std::int64_t memoryLimit)
 {
-  return std::make_unique<CpuBackend>(threads);
+  return std::make_unique<CpuBackend>(threads, memoryLimit);
 }
 
 } // namespace detail

@@ -3,6 +3,7 @@
 #include "Backend.h"
 #include "Periodic.h"
 #include "Parallel.h"
+#include "Slabs.h"
 #include "Timer.h"
 
 #include <cmath>
@@ -124,7 +125,6 @@ bool hasSource(const Request& r)
 
 void validate(const Request& r)
 {
-  constexpr std::int64_t maxPoints = std::numeric_limits<std::int32_t>::max() - 1;
   const bool separate = hasSource(r);
   const Points& particles = separate ? r.source : r.points;
   const char* particleName = separate ? "source" : "input";
@@ -135,11 +135,6 @@ void validate(const Request& r)
   if (!particles.xyz)
   {
     fail(std::string("the ") + particleName + " points have a count but no coordinates");
-  }
-  if (particles.count > maxPoints)
-  {
-    fail(std::string("more than 2^31 - 2 ") + particleName + " points in one request is not supported (got " +
-      std::to_string(particles.count) + ")");
   }
   if (separate)
   {
@@ -170,16 +165,18 @@ void validate(const Request& r)
         {
           fail("the query grid's origin and spacing must be finite");
         }
+        // Grid indices stay exact in double, and so does every point's coordinate formula.
+        constexpr double exactIndex = 4503599627370496.0; // 2^52
+        if (std::fabs(double(r.queryGrid.firstIndex[a])) + double(r.queryGrid.dimensions[a]) > exactIndex)
+        {
+          fail("the query grid's indices (firstIndex + dimensions) must stay below 2^52 in magnitude");
+        }
       }
-    }
-    const double queries = grid ? double(r.queryGrid.dimensions[0]) * double(r.queryGrid.dimensions[1]) *
-        double(r.queryGrid.dimensions[2])
-                                : double(r.points.count);
-    if (queries > double(maxPoints))
-    {
-      std::ostringstream s;
-      s << "more than 2^31 - 2 query points in one request is not supported (got " << queries << ")";
-      fail(s.str());
+      if (double(r.queryGrid.dimensions[0]) * double(r.queryGrid.dimensions[1]) * double(r.queryGrid.dimensions[2]) >
+        9.0e18)
+      {
+        fail("the query grid has more points than a 64-bit count holds");
+      }
     }
   }
   else if (r.valid)
@@ -370,14 +367,20 @@ void findBoundsOnHost(const Points& points, int threads, double lo[3], double hi
 struct Engine::Impl
 {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::int64_t deviceMemoryLimit = 0;
+  std::int64_t memoryLimit = 0;
   int cudaDevice = -1;
   std::unique_ptr<detail::BackendImplementation> cpu;
   std::unique_ptr<detail::BackendImplementation> cuda;
 
   detail::PeriodicScratch periodicScratch;
 
-  /// A validated request on an open box.
+  /// The backend for a request, and why (Report::backendReason); throws when it is unusable.
+  detail::BackendImplementation& backendFor(const Request& request, Backend& chosen, std::string& reason);
+  /// The backend's problem for a validated request (bounds not yet found).
+  static detail::Problem makeProblem(const Request& request, const detail::ProgressReporter& progress);
+  /// A validated open-box request in one run of the backend (at most 2^31 - 2 points and queries).
+  Report runOnce(const Request& request);
+  /// A validated open-box request: one run, or slabs where it does not fit (Slabs.h).
   Report runOpen(const Request& request);
 };
 
@@ -402,10 +405,11 @@ void Engine::setCpuThreads(int threads)
   impl_->cpu.reset();
 }
 
-void Engine::setDeviceMemoryLimit(std::int64_t bytes)
+void Engine::setMemoryLimit(std::int64_t bytes)
 {
-  impl_->deviceMemoryLimit = std::max<std::int64_t>(0, bytes);
+  impl_->memoryLimit = std::max<std::int64_t>(0, bytes);
   impl_->cuda.reset();
+  impl_->cpu.reset();
 }
 
 void Engine::setCudaDevice(int device)
@@ -445,41 +449,26 @@ bool Engine::cudaAvailable(std::string* why)
 #endif
 }
 
-Report Engine::Impl::runOpen(const Request& request)
+detail::BackendImplementation& Engine::Impl::backendFor(const Request& request, Backend& backend, std::string& reason)
 {
-  const bool separate = hasSource(request);
-  const Points& particles = separate ? request.source : request.points;
-  const std::int64_t n = particles.count;
-  const bool usesMass = detail::operationUsesMass(request.operation, request.normalization);
-  if (request.particleVolumes)
-  {
-    checkMass(request.particleVolumes, n, threads, "particle volume");
-  }
-  else if (usesMass && request.mass)
-  {
-    checkMass(request.mass, n, threads, "mass");
-  }
-
-  Report report;
-  // Backend.
-  Backend backend = request.backend;
+  backend = request.backend;
   if (backend == Backend::Auto)
   {
     std::string why;
     if (cudaAvailable(&why))
     {
       backend = Backend::CUDA;
-      report.backendReason = "Auto: a CUDA device is usable";
+      reason = "Auto: a CUDA device is usable";
     }
     else
     {
       backend = Backend::CPU;
-      report.backendReason = "Auto: CPU because " + why;
+      reason = "Auto: CPU because " + why;
     }
   }
   else
   {
-    report.backendReason = "requested";
+    reason = "requested";
     if (backend == Backend::CUDA)
     {
       std::string why;
@@ -493,34 +482,34 @@ Report Engine::Impl::runOpen(const Request& request)
     (request.method == Method::FENNS || request.method == Method::RadixSort || request.method == Method::CLAWS ||
       request.method == Method::Bayraktar || request.method == Method::StagedTiles))
   {
-    fail(std::string("the method ") + toString(request.method) + " runs on the CUDA backend only (" +
-      report.backendReason + "); choose Counting Sort or Brute Force for the CPU");
+    fail(std::string("the method ") + toString(request.method) + " runs on the CUDA backend only (" + reason +
+      "); choose Counting Sort or Brute Force for the CPU");
   }
-  detail::BackendImplementation* implementation = nullptr;
   if (backend == Backend::CPU)
   {
     if (!cpu)
     {
-      cpu = detail::makeCpuBackend(threads);
+      cpu = detail::makeCpuBackend(threads, memoryLimit);
     }
-    implementation = cpu.get();
+    return *cpu;
   }
-  else
-  {
 #if defined(NEIGHBORGRID_HAS_CUDA)
-    if (!cuda)
-    {
-      cuda = detail::makeCudaBackend(deviceMemoryLimit, cudaDevice);
-    }
-    implementation = cuda.get();
-#endif
+  if (!cuda)
+  {
+    cuda = detail::makeCudaBackend(memoryLimit, cudaDevice);
   }
+  return *cuda;
+#else
+  fail("this NeighborGrid was built without CUDA");
+#endif
+}
 
-  const detail::ProgressReporter progress(request.progress);
-  progress(0.0, "prepare");
+detail::Problem Engine::Impl::makeProblem(const Request& request, const detail::ProgressReporter& progress)
+{
+  const bool separate = hasSource(request);
   detail::Problem problem;
-  problem.count = n;
-  problem.input = particles;
+  problem.input = separate ? request.source : request.points;
+  problem.count = problem.input.count;
   problem.valid = request.valid;
   problem.nullValue = request.nullValue;
   if (separate)
@@ -531,25 +520,6 @@ Report Engine::Impl::runOpen(const Request& request)
     q.points = request.points;
     q.grid = request.queryGrid;
     q.count = q.isGrid ? request.queryGrid.count() : request.points.count;
-    if (!q.isGrid)
-    {
-      // Query coordinates must be finite too; the message names the query point.
-      try
-      {
-        double lo[3], hi[3];
-        detail::findBoundsOnHost(request.points, threads, lo, hi);
-      }
-      catch (const Error& error)
-      {
-        std::string message = error.what();
-        const std::string prefix = "NeighborGrid: point";
-        if (message.compare(0, prefix.size(), prefix) == 0)
-        {
-          message = "NeighborGrid: query point" + message.substr(prefix.size());
-        }
-        throw Error(message);
-      }
-    }
   }
   problem.radius = request.radius;
   problem.operation = request.operation;
@@ -564,14 +534,24 @@ Report Engine::Impl::runOpen(const Request& request)
   problem.density = request.density;
   problem.progress = &progress;
   problem.sphWeightsGiven = request.particleVolumes != nullptr;
+  return problem;
+}
 
+Report Engine::Impl::runOnce(const Request& request)
+{
+  Report report;
+  Backend backend;
+  detail::BackendImplementation& implementation = backendFor(request, backend, report.backendReason);
+  const detail::ProgressReporter progress(request.progress);
+  progress(0.0, "prepare");
+  detail::Problem problem = makeProblem(request, progress);
   report.neighborPairs = -1;
   try
   {
     detail::Timer timer;
-    implementation->prepareCoordinates(particles, threads, problem);
+    implementation.prepareCoordinates(problem.input, threads, problem);
     detail::addStage(report, "coordinates", timer.milliseconds());
-    implementation->run(problem, report);
+    implementation.run(problem, report);
   }
   catch (const Aborted&)
   {
@@ -594,6 +574,59 @@ Report Engine::Impl::runOpen(const Request& request)
   report.backend = backend;
   progress(1.0, "done");
   return report;
+}
+
+Report Engine::Impl::runOpen(const Request& request)
+{
+  // Checks on the whole request, so that messages name the caller's point.
+  const bool separate = hasSource(request);
+  const std::int64_t n = separate ? request.source.count : request.points.count;
+  if (request.particleVolumes)
+  {
+    checkMass(request.particleVolumes, n, threads, "particle volume");
+  }
+  else if (detail::operationUsesMass(request.operation, request.normalization) && request.mass)
+  {
+    checkMass(request.mass, n, threads, "mass");
+  }
+  if (separate && request.queryGrid.empty())
+  {
+    try
+    {
+      double lo[3], hi[3];
+      detail::findBoundsOnHost(request.points, threads, lo, hi);
+    }
+    catch (const Error& error)
+    {
+      std::string message = error.what();
+      const std::string prefix = "NeighborGrid: point";
+      if (message.compare(0, prefix.size(), prefix) == 0)
+      {
+        message = "NeighborGrid: query point" + message.substr(prefix.size());
+      }
+      throw Error(message);
+    }
+  }
+
+  detail::SlabBackend slabBackend;
+  slabBackend.threads = threads;
+  slabBackend.runOnce = [this](const Request& piece) { return runOnce(piece); };
+  slabBackend.bytesNeeded = [this](const Request& whole, const double lo[3], const double hi[3]) {
+    Backend backend;
+    std::string reason;
+    detail::BackendImplementation& implementation = backendFor(whole, backend, reason);
+    const detail::ProgressReporter progress(whole.progress);
+    detail::Problem problem = makeProblem(whole, progress);
+    std::copy(lo, lo + 3, problem.lo);
+    std::copy(hi, hi + 3, problem.hi);
+    return implementation.bytesNeeded(problem);
+  };
+  slabBackend.bytesAvailable = [this, &request]() {
+    Backend backend;
+    std::string reason;
+    return backendFor(request, backend, reason).bytesAvailable();
+  };
+  return detail::runFitting(request, slabBackend);
 }
 
 Report Engine::run(const Request& request)

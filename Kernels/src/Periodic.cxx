@@ -1,5 +1,6 @@
 #include "Periodic.h"
 
+#include "PairTest.h"
 #include "Parallel.h"
 #include "Timer.h"
 
@@ -21,7 +22,9 @@ namespace
   throw Error("NeighborGrid: " + message);
 }
 
-constexpr std::int64_t maxPoints = std::numeric_limits<std::int32_t>::max() - 1;
+// The source with its images runs in slabs where it is large (Slabs.h); this bound only stops a
+// radius far beyond the box lengths from asking for an absurd number of images.
+constexpr std::int64_t maxPoints = std::int64_t(1) << 34;
 
 bool hasSeparateSource(const Request& r)
 {
@@ -148,7 +151,7 @@ ImageSource withImages(const Request& r, const Points& input, const double lo[3]
   {
     std::ostringstream m;
     m << "the periodic images within R of the box (or of the query grid) would bring the source to more than "
-         "2^31 - 2 points (" << n << " points and at least " << images << " images); R is large against the box "
+         "2^34 points (" << n << " points and at least " << images << " images); R is large against the box "
       << "lengths, or the query grid reaches far outside the box";
     failPeriodic(m.str());
   }
@@ -443,8 +446,8 @@ Report runPeriodic(const Request& r, int threads, const OpenRun& openRun, Period
     bool keepGrid = true;
     for (int a = 0; a < 3; ++a)
     {
-      const double first = grid.origin[a];
-      const double last = grid.origin[a] + double(grid.dimensions[a] - 1) * grid.spacing[a];
+      const double first = gridCoordinate(grid.origin[a], grid.firstIndex[a], grid.spacing[a]);
+      const double last = gridCoordinate(grid.origin[a], grid.firstIndex[a] + grid.dimensions[a] - 1, grid.spacing[a]);
       if (r.periodic[a])
       {
         lo[a] = std::min(first, last);
@@ -466,7 +469,7 @@ Report runPeriodic(const Request& r, int threads, const OpenRun& openRun, Period
             q / (grid.dimensions[0] * grid.dimensions[1]) };
           for (int a = 0; a < 3; ++a)
           {
-            const double x = grid.origin[a] + double(ijk[a]) * grid.spacing[a];
+            const double x = gridCoordinate(grid.origin[a], grid.firstIndex[a] + ijk[a], grid.spacing[a]);
             queries[3 * q + a] = r.periodic[a] ? wrapIntoBox(x, r.boxOrigin[a], r.boxLengths[a]) : x;
           }
         }

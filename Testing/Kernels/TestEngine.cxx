@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -810,48 +811,6 @@ TEST(EngineCudaContextLoss, AfterAStickyErrorTheNextRunsSayWhyAndRunOnTheCpu)
   Engine another;
   r.backend = Backend::Auto;
   EXPECT_EQ(another.run(r).backend, Backend::CPU);
-}
-
-// A request that does not fit the device memory (here a limit of 4 MB) fails before anything is
-// written, saying what it needs and how many points would fit; the engine works again once it fits.
-TEST(EngineCuda, SaysWhatDoesNotFitInDeviceMemory)
-{
-  if (backendUnderTest != Backend::CUDA)
-  {
-    GTEST_SKIP() << "CUDA only";
-  }
-  Cloud cloud = ngtest::makeCloud("uniform", 200000, 40.0, 32);
-  std::vector<float> rho(cloud.size(), -1.0f);
-  Engine engine;
-  engine.setDeviceMemoryLimit(std::int64_t(4) << 20);
-  for (Method method : { Method::Auto, Method::CountingSort, Method::RadixSort, Method::FENNS, Method::CLAWS })
-  {
-    SCOPED_TRACE(toString(method));
-    Request r = baseRequest(cloud, 1.0, method);
-    r.operation = Operation::Density;
-    r.density = rho.data();
-    try
-    {
-      engine.run(r);
-      ADD_FAILURE() << "ran within 4 MB";
-    }
-    catch (const Error& e)
-    {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("need"), std::string::npos) << what;
-      EXPECT_NE(what.find("points of this request would fit"), std::string::npos) << what;
-      EXPECT_NE(what.find("limit"), std::string::npos) << what;
-    }
-    for (float v : rho)
-    {
-      ASSERT_EQ(v, -1.0f) << "an output was written despite the error";
-    }
-  }
-  engine.setDeviceMemoryLimit(0);
-  Request r = baseRequest(cloud, 1.0, Method::Auto);
-  r.density = rho.data();
-  engine.run(r);
-  EXPECT_GT(rho[0], 0.0f);
 }
 
 TEST(EngineReport, SaysWhatRanAndWhy)
@@ -1758,6 +1717,308 @@ TEST(EngineParticleVolumes, GivenVolumesMatchTheEnginesOwnDensity)
         EXPECT_THROW(engine.run(withVolumes), Error) << "density with given volumes was accepted";
       }
     }
+  }
+}
+
+// --- Slabs (Engine::setMemoryLimit): a request larger than the memory a run may have is cut into
+// slabs with halos; every result must equal the one-run result (counts exactly, float sums up to
+// their order).
+
+/// One request's outputs, compared entry by entry.
+struct Outputs
+{
+  std::vector<std::int32_t> count;
+  std::vector<float> density, shepard, sph;
+  std::vector<std::uint8_t> valid;
+};
+
+enum class SlabQueries
+{
+  None,
+  Points,
+  Grid
+};
+
+/// Runs count, density, Shepard smoothing (3 components) and SPH smoothing (9 components, with
+/// the density written) on `engine`; returns the outputs and the fewest slabs any run took.
+Outputs runEveryOperation(Engine& engine, const Cloud& cloud, double radius, Method method, SlabQueries queries,
+  const std::vector<float>& probe, const QueryGrid& grid, std::int64_t& fewestSlabs, std::int64_t& haloPoints)
+{
+  const std::int64_t n = cloud.size();
+  const std::int64_t results = queries == SlabQueries::None ? n
+    : queries == SlabQueries::Points                        ? std::int64_t(probe.size() / 3)
+                                                            : grid.count();
+  Outputs out;
+  out.count.assign(results, -7);
+  out.density.assign(results, -7.0f);
+  out.shepard.assign(3 * results, -7.0f);
+  out.sph.assign(9 * results, -7.0f);
+  out.valid.assign(queries == SlabQueries::None ? 0 : results, 7);
+  std::vector<float> sphDensity(results, -7.0f);
+  fewestSlabs = std::numeric_limits<std::int64_t>::max();
+  haloPoints = 0;
+  auto request = [&](Operation operation) {
+    Request r = baseRequest(cloud, radius, method);
+    r.operation = operation;
+    r.mass = cloud.mass.data();
+    if (queries != SlabQueries::None)
+    {
+      r.source = r.points;
+      r.points = queries == SlabQueries::Points ? Points(probe.data(), results) : Points();
+      if (queries == SlabQueries::Grid)
+      {
+        r.queryGrid = grid;
+      }
+      r.valid = out.valid.data();
+      r.nullValue = -1.5f;
+    }
+    return r;
+  };
+  auto run = [&](const Request& r) {
+    const Report report = engine.run(r);
+    fewestSlabs = std::min(fewestSlabs, report.slabs);
+    haloPoints += report.slabHaloPoints;
+  };
+  Request count = request(Operation::NeighborCount);
+  count.neighborCount = out.count.data();
+  run(count);
+  Request density = request(Operation::Density);
+  density.density = out.density.data();
+  run(density);
+  Request shepard = request(Operation::Smoothing);
+  shepard.smoothed = { SmoothedArray{ cloud.vector3.data(), 3, out.shepard.data(), "v" } };
+  run(shepard);
+  Request sph = request(Operation::Smoothing);
+  sph.normalization = Normalization::SPH;
+  sph.smoothed = { SmoothedArray{ cloud.tensor9.data(), 9, out.sph.data(), "t" } };
+  sph.density = sphDensity.data();
+  run(sph);
+  for (std::int64_t i = 0; i < results; ++i)
+  {
+    EXPECT_EQ(sphDensity[i], sphDensity[i]); // written (not NaN poison)
+  }
+  // The SPH run's density must be the density.
+  for (std::int64_t i = 0; i < results; ++i)
+  {
+    if (std::fabs(sphDensity[i] - out.density[i]) > 1e-5 * (std::fabs(out.density[i]) + 1e-3))
+    {
+      ADD_FAILURE() << "SPH's density at " << i << ": " << sphDensity[i] << ", Density: " << out.density[i];
+      break;
+    }
+  }
+  return out;
+}
+
+void expectSameResults(const std::vector<float>& got, const std::vector<float>& want, const char* what)
+{
+  ASSERT_EQ(got.size(), want.size());
+  int bad = 0;
+  for (std::size_t k = 0; k < got.size(); ++k)
+  {
+    if (!(std::fabs(got[k] - want[k]) <= 1e-5 * (std::fabs(want[k]) + 1.0)) && bad++ < 5)
+    {
+      ADD_FAILURE() << what << " entry " << k << ": in slabs " << got[k] << ", in one run " << want[k];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+class EngineSlabs : public testing::TestWithParam<std::string>
+{
+};
+
+TEST_P(EngineSlabs, EveryOperationMatchesOneRun)
+{
+  // The CUDA methods keep 8 MB of scratch per run: a larger cloud there, so that a limit above
+  // that still makes the cloud's run too large.
+  const bool cuda = backendUnderTest == Backend::CUDA;
+  const std::int64_t n = cuda ? 400000 : 60000;
+  // Clusters of width box / 40: a larger box and a smaller R keep them to a few hundred neighbors.
+  const bool clustered = GetParam() == "clustered";
+  const double box = (cuda ? 60.0 : 32.0) * (clustered ? 2.0 : 1.0);
+  const double radius = clustered ? 0.8 : 1.3;
+  const Cloud cloud = ngtest::makeCloud(GetParam(), n, box, 71);
+  std::vector<float> probe;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> position(-0.1f * float(box), 1.1f * float(box));
+  for (int k = 0; k < 3 * 20000; ++k)
+  {
+    probe.push_back(position(rng));
+  }
+  QueryGrid grid;
+  for (int a = 0; a < 3; ++a)
+  {
+    grid.spacing[a] = box / 24.0;
+    grid.origin[a] = -0.25 * box;
+    grid.dimensions[a] = 30 + 4 * a;
+  }
+  grid.firstIndex[0] = 3;
+  grid.firstIndex[1] = -2;
+  grid.firstIndex[2] = 5;
+  for (Method method : methodsFor(Scenario{ GetParam(), 60000, box, radius, true, 71 }))
+  {
+    if (method == Method::BruteForce)
+    {
+      continue; // fits in one run anyway
+    }
+    for (SlabQueries queries : { SlabQueries::None, SlabQueries::Points, SlabQueries::Grid })
+    {
+      SCOPED_TRACE(std::string(toString(method)) + (queries == SlabQueries::None ? " particles"
+          : queries == SlabQueries::Points                                      ? " probe"
+                                                                                : " grid"));
+      Engine whole, sliced;
+      sliced.setMemoryLimit(cuda ? (std::int64_t(20) << 20) : 100 * n / 4);
+      std::int64_t oneRun = 0, slabs = 0, halo = 0, unused = 0;
+      const Outputs want = runEveryOperation(whole, cloud, radius, method, queries, probe, grid, oneRun, unused);
+      const Outputs got = runEveryOperation(sliced, cloud, radius, method, queries, probe, grid, slabs, halo);
+      EXPECT_EQ(oneRun, 1);
+      EXPECT_GE(slabs, 2) << "the memory limit did not cut the request";
+      if (queries == SlabQueries::None)
+      {
+        EXPECT_GT(halo, 0);
+      }
+      int bad = 0;
+      for (std::size_t i = 0; i < want.count.size(); ++i)
+      {
+        if (got.count[i] != want.count[i] && bad++ < 5)
+        {
+          ADD_FAILURE() << "count of " << i << ": in slabs " << got.count[i] << ", in one run " << want.count[i];
+        }
+      }
+      EXPECT_EQ(bad, 0);
+      EXPECT_EQ(got.valid, want.valid);
+      expectSameResults(got.density, want.density, "density");
+      expectSameResults(got.shepard, want.shepard, "Shepard smoothing");
+      expectSameResults(got.sph, want.sph, "SPH smoothing");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Clouds, EngineSlabs, testing::Values("uniform", "clustered"));
+
+TEST(EngineSlabsPeriodic, APeriodicBoxInSlabsMatchesOneRun)
+{
+  const bool cuda = backendUnderTest == Backend::CUDA;
+  const std::int64_t n = cuda ? 400000 : 60000;
+  const double box = cuda ? 60.0 : 32.0;
+  const Cloud cloud = ngtest::makeCloud("uniform", n, box, 72);
+  for (Method method : { Method::Auto, Method::CountingSort })
+  {
+    SCOPED_TRACE(toString(method));
+    std::vector<float> want(n), got(n), wantSph(3 * n), gotSph(3 * n);
+    std::vector<std::int32_t> wantCount(n), gotCount(n);
+    auto run = [&](Engine& engine, std::vector<float>& rho, std::vector<float>& sph, std::vector<std::int32_t>& count) {
+      Request r = baseRequest(cloud, 1.3, method);
+      for (int a = 0; a < 3; ++a)
+      {
+        r.periodic[a] = true;
+        r.boxLengths[a] = box;
+      }
+      r.operation = Operation::NeighborCount;
+      r.neighborCount = count.data();
+      std::int64_t slabs = engine.run(r).slabs;
+      r.operation = Operation::Density;
+      r.mass = cloud.mass.data();
+      r.density = rho.data();
+      slabs = std::min(slabs, engine.run(r).slabs);
+      r.operation = Operation::Smoothing;
+      r.normalization = Normalization::SPH;
+      r.density = nullptr;
+      r.smoothed = { SmoothedArray{ cloud.vector3.data(), 3, sph.data(), "v" } };
+      return std::min(slabs, engine.run(r).slabs);
+    };
+    Engine whole, sliced;
+    sliced.setMemoryLimit(cuda ? (std::int64_t(20) << 20) : 100 * n / 4);
+    EXPECT_EQ(run(whole, want, wantSph, wantCount), 1);
+    EXPECT_GE(run(sliced, got, gotSph, gotCount), 2);
+    EXPECT_EQ(gotCount, wantCount);
+    expectSameResults(got, want, "periodic density");
+    expectSameResults(gotSph, wantSph, "periodic SPH smoothing");
+  }
+}
+
+// A limit below what any run needs fails at once, with outputs untouched.
+TEST(EngineSlabsErrors, ALimitTooSmallForAnySlabIsAClearError)
+{
+  const Cloud cloud = ngtest::makeCloud("uniform", 20000, 20.0, 73);
+  std::vector<float> rho(cloud.size(), -1.0f);
+  Engine engine;
+  engine.setMemoryLimit(backendUnderTest == Backend::CUDA ? (std::int64_t(4) << 20) : 2000);
+  Request r = baseRequest(cloud, 1.0, Method::Auto);
+  r.operation = Operation::Density;
+  r.density = rho.data();
+  try
+  {
+    engine.run(r);
+    ADD_FAILURE() << "ran within the limit";
+  }
+  catch (const Error& e)
+  {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("limit"), std::string::npos) << what;
+    EXPECT_NE(what.find("Raise the memory limit"), std::string::npos) << what;
+  }
+  for (float v : rho)
+  {
+    ASSERT_EQ(v, -1.0f) << "an output was written despite the error";
+  }
+  engine.setMemoryLimit(0);
+  engine.run(r);
+  EXPECT_GT(rho[0], 0.0f);
+}
+
+// A grid with a first index other than 0 has exactly the points origin + (first + i) * spacing.
+TEST(EngineQueriesGrid, FirstIndexGivesTheSamePointsAsTheirList)
+{
+  const Cloud cloud = ngtest::makeCloud("uniform", 20000, 10.0, 74);
+  QueryGrid grid;
+  const std::int64_t first[3] = { -7, 4, 11 };
+  std::vector<double> points;
+  for (int a = 0; a < 3; ++a)
+  {
+    grid.origin[a] = 0.3 + a;
+    grid.spacing[a] = 0.1 * (a + 1);
+    grid.dimensions[a] = 9 + a;
+    grid.firstIndex[a] = first[a];
+  }
+  for (std::int64_t k = 0; k < grid.dimensions[2]; ++k)
+  {
+    for (std::int64_t j = 0; j < grid.dimensions[1]; ++j)
+    {
+      for (std::int64_t i = 0; i < grid.dimensions[0]; ++i)
+      {
+        const std::int64_t ijk[3] = { i, j, k };
+        for (int a = 0; a < 3; ++a)
+        {
+          points.push_back(grid.origin[a] + double(first[a] + ijk[a]) * grid.spacing[a]);
+        }
+      }
+    }
+  }
+  Scenario s{ "uniform", 20000, 10.0, 0.7, true, 74 };
+  for (Method method : methodsFor(s))
+  {
+    SCOPED_TRACE(toString(method));
+    std::vector<std::int32_t> fromGrid(grid.count()), fromList(grid.count());
+    Engine engine;
+    Request r = baseRequest(cloud, 0.7, method);
+    r.source = r.points;
+    r.points = Points();
+    r.queryGrid = grid;
+    r.operation = Operation::NeighborCount;
+    r.neighborCount = fromGrid.data();
+    engine.run(r);
+    r.queryGrid = QueryGrid();
+    r.points = Points(points.data(), grid.count());
+    r.neighborCount = fromList.data();
+    engine.run(r);
+    EXPECT_EQ(fromGrid, fromList);
+    std::int64_t total = 0;
+    for (auto c : fromGrid)
+    {
+      total += c;
+    }
+    EXPECT_GT(total, 0);
   }
 }
 

@@ -114,12 +114,15 @@ struct SmoothedArray
 using ProgressCallback = std::function<bool(double fraction, const char* stage)>;
 
 /// A regular grid of query points, never stored: point (i, j, k), i fastest, is
-/// origin + (i, j, k) * spacing per axis, computed in double as vtkImageData computes its points.
+/// origin + (firstIndex + (i, j, k)) * spacing per axis, computed in double as vtkImageData
+/// computes its points (firstIndex: the grid's first index, as a vtkImageData extent that does
+/// not start at 0, or a piece of a larger grid whose points keep their coordinates exactly).
 struct QueryGrid
 {
   double origin[3] = { 0, 0, 0 };
   double spacing[3] = { 1, 1, 1 };
   std::int64_t dimensions[3] = { 0, 0, 0 }; // points per axis; all 0: no grid
+  std::int64_t firstIndex[3] = { 0, 0, 0 };
   std::int64_t count() const { return dimensions[0] * dimensions[1] * dimensions[2]; }
   bool empty() const { return dimensions[0] == 0 && dimensions[1] == 0 && dimensions[2] == 0; }
 };
@@ -201,6 +204,10 @@ struct Report
   // within rounding of R (summed over the passes of the search).
   std::int64_t pairsDecidedInDouble = 0;
   std::int64_t periodicImages = 0; // source points added as periodic images (Request::periodic)
+  // Runs of the backend the request took: 1, or more when it was cut into slabs to fit
+  // (Engine::setMemoryLimit); then the points run in more than one slab (halos), summed.
+  std::int64_t slabs = 1;
+  std::int64_t slabHaloPoints = 0;
 };
 
 /// Every failure: bad input, an unavailable backend, a failed CUDA call. what() says what and why.
@@ -233,9 +240,12 @@ public:
   /// Number of CPU threads the CPU backend uses (default: hardware concurrency).
   void setCpuThreads(int threads);
 
-  /// At most this many bytes of GPU memory per run (0, the default: whatever the device has
-  /// free). A run that needs more fails with an Error that says how much it needs.
-  void setDeviceMemoryLimit(std::int64_t bytes);
+  /// At most this many bytes of working memory per run of the backend: GPU memory for CUDA
+  /// (0, the default: whatever the device has free), the search's own buffers for the CPU (0: no
+  /// limit). A request that needs more, or has more than 2^31 - 2 points or queries, is cut into
+  /// slabs of space, each run with the points within R of it, so that its results are those of
+  /// one run (counts exactly; float sums up to their order). Report::slabs says how many ran.
+  void setMemoryLimit(std::int64_t bytes);
 
   /// The CUDA device this engine runs on: an ordinal below cudaDeviceCount(), or -1 (the
   /// default) for the calling thread's current device. For one process per GPU, e.g. MPI ranks

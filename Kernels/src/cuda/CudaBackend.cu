@@ -16,6 +16,7 @@
 // Host arrays cross PCIe through a ring of pinned slices, so host memory stays O(slice).
 #include "../OperationPlan.h"
 #include "../Parallel.h"
+#include "../Slabs.h"
 #include "../Timer.h"
 #include "CudaRun.h"
 #include "Queries.cuh"
@@ -466,6 +467,7 @@ public:
         queries.origin[a] = set.grid.origin[a];
         queries.spacing[a] = set.grid.spacing[a];
         queries.dimensions[a] = set.grid.dimensions[a];
+        queries.firstIndex[a] = set.grid.firstIndex[a];
       }
     }
     else
@@ -638,15 +640,61 @@ private:
 
   /// The bytes this run needs beyond the coordinates, against what the device can give: a clear
   /// error when it cannot; cached buffers are released first when they stand in the way.
+  struct MemoryPart
+  {
+    std::string what;
+    std::int64_t bytes;
+  };
+
   void planMemory(const Problem& p)
+  {
+    const std::vector<MemoryPart> parts = memoryParts(p, method_, run_);
+    std::int64_t needed = 0;
+    for (const MemoryPart& part : parts)
+    {
+      needed += part.bytes;
+    }
+    std::ostringstream list;
+    for (std::size_t k = 0; k < parts.size(); ++k)
+    {
+      list << (k ? ", " : "") << formatBytes(double(parts[k].bytes)) << " " << parts[k].what;
+    }
+    checkFits(needed, std::int64_t(deviceRaw_.bytes()), p.count, list.str());
+  }
+
+  std::int64_t bytesNeeded(const Problem& p) override
+  {
+    NG_CUDA_CHECK(cudaSetDevice(device_.id), "cudaSetDevice");
+    CudaMethod* method = methodFor(p.method == Method::Auto ? chooseMethod(p) : p.method);
+    CudaRun run;
+    run.problem = &p;
+    run.device = &device_;
+    run.count = p.count;
+    const std::int64_t element = p.input.type == ScalarType::Float32 ? 4 : 8;
+    std::int64_t needed = 3 * element * p.count;
+    for (const MemoryPart& part : memoryParts(p, method, run))
+    {
+      needed += part.bytes;
+    }
+    return needed;
+  }
+
+  std::int64_t bytesAvailable() override
+  {
+    NG_CUDA_CHECK(cudaSetDevice(device_.id), "cudaSetDevice");
+    std::size_t freeBytes = 0, totalBytes = 0;
+    NG_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes), "cudaMemGetInfo");
+    const std::int64_t available =
+      std::int64_t(freeBytes) + std::int64_t(pool_.heldBytes()) + std::int64_t(inputPool_.heldBytes());
+    return memoryLimit_ > 0 ? std::min(available, memoryLimit_) : available;
+  }
+
+  /// What a run holds on the device beyond the coordinates, part by part.
+  std::vector<MemoryPart> memoryParts(const Problem& p, CudaMethod* method, const CudaRun& run)
   {
     const std::int64_t n = p.count;
     const std::int64_t results = p.resultCount();
-    struct Part
-    {
-      std::string what;
-      std::int64_t bytes;
-    };
+    using Part = MemoryPart;
     std::vector<Part> parts;
     if (p.usesMass() && p.mass)
     {
@@ -684,18 +732,8 @@ private:
     {
       parts.push_back({ "density in method order", 4 * n });
     }
-    parts.push_back({ std::string(toString(method_->id())) + "'s cells, particles and scratch", method_->plannedBytes(run_) });
-    std::int64_t needed = 0;
-    for (const Part& part : parts)
-    {
-      needed += part.bytes;
-    }
-    std::ostringstream list;
-    for (std::size_t k = 0; k < parts.size(); ++k)
-    {
-      list << (k ? ", " : "") << formatBytes(double(parts[k].bytes)) << " " << parts[k].what;
-    }
-    checkFits(needed, std::int64_t(deviceRaw_.bytes()), n, list.str());
+    parts.push_back({ std::string(toString(method->id())) + "'s cells, particles and scratch", method->plannedBytes(run) });
+    return parts;
   }
 
   /// Throws when `needed` bytes (beyond `resident`, already held outside the pool) cannot be had.
@@ -718,9 +756,9 @@ private:
       s << "NeighborGrid: " << n << " points need " << formatBytes(double(needed + resident)) << " of GPU memory ("
         << (resident ? formatBytes(double(resident)) + " coordinates, " : std::string()) << what << ") but "
         << formatBytes(double(available + resident))
-        << (memoryLimit_ > 0 ? " are allowed (the engine's device memory limit)" : " are free on " + device_.name)
-        << ". About " << fit << " points of this request would fit; or run it on the CPU backend";
-      throw Error(s.str());
+        << (memoryLimit_ > 0 ? " are allowed (the engine's memory limit)" : " are free on " + device_.name)
+        << ". About " << fit << " points would fit in one run";
+      throw DoesNotFit(s.str(), needed + resident, available + resident);
     }
     if (needed > std::int64_t(freeBytes))
     {

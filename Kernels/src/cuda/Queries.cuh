@@ -23,6 +23,7 @@ struct DeviceQueries
   double origin[3] = { 0, 0, 0 };
   double spacing[3] = { 1, 1, 1 };
   std::int64_t dimensions[3] = { 1, 1, 1 };
+  std::int64_t firstIndex[3] = { 0, 0, 0 };
   int count = 0;
 
   __device__ __forceinline__ void get(int q, double x[3]) const
@@ -32,9 +33,9 @@ struct DeviceQueries
       const std::int64_t i = q % dimensions[0];
       const std::int64_t j = (q / dimensions[0]) % dimensions[1];
       const std::int64_t k = q / (dimensions[0] * dimensions[1]);
-      x[0] = gridCoordinate(origin[0], i, spacing[0]);
-      x[1] = gridCoordinate(origin[1], j, spacing[1]);
-      x[2] = gridCoordinate(origin[2], k, spacing[2]);
+      x[0] = gridCoordinate(origin[0], firstIndex[0] + i, spacing[0]);
+      x[1] = gridCoordinate(origin[1], firstIndex[1] + j, spacing[1]);
+      x[2] = gridCoordinate(origin[2], firstIndex[2] + k, spacing[2]);
     }
     else
     {
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__(brickThreads) queryGridBricks(DeviceQueries qu
   double x[3];
   for (int a = 0; a < 3; ++a)
   {
-    x[a] = gridCoordinate(queries.origin[a], min(point[a], last[a]), queries.spacing[a]);
+    x[a] = gridCoordinate(queries.origin[a], queries.firstIndex[a] + min(point[a], last[a]), queries.spacing[a]);
   }
   unsigned decidedHere = 0;
 
@@ -231,8 +232,8 @@ __global__ void __launch_bounds__(brickThreads) queryGridBricks(DeviceQueries qu
   bool fits = true;
   for (int a = 0; a < 3; ++a)
   {
-    const double u = gridCoordinate(queries.origin[a], first[a], queries.spacing[a]);
-    const double v = gridCoordinate(queries.origin[a], last[a], queries.spacing[a]);
+    const double u = gridCoordinate(queries.origin[a], queries.firstIndex[a] + first[a], queries.spacing[a]);
+    const double v = gridCoordinate(queries.origin[a], queries.firstIndex[a] + last[a], queries.spacing[a]);
     low[a] = fmin(u, v);
     high[a] = fmax(u, v);
     // A margin over R: cells are only a superset, the pair test decides.
@@ -262,8 +263,8 @@ __global__ void __launch_bounds__(brickThreads) queryGridBricks(DeviceQueries qu
   {
     brickLow[a] = frame(low[a], a);
     brickHigh[a] = frame(high[a], a);
-    const float u = frame(gridCoordinate(queries.origin[a], warpFirst[a], queries.spacing[a]), a);
-    const float v = frame(gridCoordinate(queries.origin[a], warpLast[a], queries.spacing[a]), a);
+    const float u = frame(gridCoordinate(queries.origin[a], queries.firstIndex[a] + warpFirst[a], queries.spacing[a]), a);
+    const float v = frame(gridCoordinate(queries.origin[a], queries.firstIndex[a] + warpLast[a], queries.spacing[a]), a);
     warpLow[a] = fminf(u, v);
     warpHigh[a] = fmaxf(u, v);
   }

@@ -1,0 +1,926 @@
+// Slabs (Slabs.h). How a request is cut:
+//  - Particles as their own queries: slabs of the particles along the longest axis of their
+//    bounds, cut at quantiles of a sample so that they hold about as many points each. A slab
+//    runs with its own particles first, then its halo: every particle outside it within R (with a
+//    margin for rounding) of its box. The halo's own results are dropped; their points are
+//    counted, weighed and smoothed as in one pass, so an own point's neighbors are all there.
+//  - Query points (a probe): slabs of the queries; each runs with the particles within R of its
+//    queries' bounds as its source.
+//  - A query grid: ranges of planes along its slowest axis (Request::queryGrid::firstIndex keeps
+//    every point's coordinates exactly those of the whole grid); results go straight to the
+//    caller's arrays, which the planes fill contiguously.
+// A slab that still does not fit (its halo, or a cluster) is cut in two at the median of its
+// own points along its longest axis, until it fits or cannot be cut (then a clear error).
+// SPH smoothing needs rho_j at every neighbor j, also in the halo: a density pass over the
+// particles in slabs gives V_j = m_j / rho_j, and the smoothing runs in slabs with those volumes
+// (Request::particleVolumes), as a distributed run does for its halo.
+//
+// Overlap: a helper thread gathers the next slab's points and arrays and scatters the last
+// slab's results while the backend works on the current slab (for CUDA: its upload, sort,
+// search and download).
+#include "Slabs.h"
+
+#include "Backend.h"
+#include "Parallel.h"
+#include "Timer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+namespace neighborgrid
+{
+namespace detail
+{
+namespace
+{
+
+bool hasSeparateSource(const Request& r)
+{
+  return r.source.xyz || r.source.count || !r.queryGrid.empty();
+}
+
+double coordinate(const Points& p, std::int64_t i, int axis)
+{
+  return p.type == ScalarType::Float64 ? static_cast<const double*>(p.xyz)[3 * i + axis]
+                                       : double(static_cast<const float*>(p.xyz)[3 * i + axis]);
+}
+
+/// Beyond R: the double pair test may accept a pair a few units in the last place beyond R.
+double haloMargin(double face, double radius)
+{
+  return radius * (1.0 + 1e-9) + 1e-12 * std::fabs(face);
+}
+
+struct Box
+{
+  double lo[3] = { -HUGE_VAL, -HUGE_VAL, -HUGE_VAL };
+  double hi[3] = { HUGE_VAL, HUGE_VAL, HUGE_VAL };
+  bool contains(const double x[3]) const
+  {
+    return lo[0] <= x[0] && x[0] < hi[0] && lo[1] <= x[1] && x[1] < hi[1] && lo[2] <= x[2] && x[2] < hi[2];
+  }
+  /// This box grown by R (and the rounding margin) on every side; infinite faces stay infinite.
+  Box dilated(double radius) const
+  {
+    Box d;
+    for (int a = 0; a < 3; ++a)
+    {
+      d.lo[a] = std::isinf(lo[a]) ? lo[a] : lo[a] - haloMargin(lo[a], radius);
+      d.hi[a] = std::isinf(hi[a]) ? hi[a] : hi[a] + haloMargin(hi[a], radius);
+    }
+    return d;
+  }
+  bool containsClosed(const double x[3]) const
+  {
+    return lo[0] <= x[0] && x[0] <= hi[0] && lo[1] <= x[1] && x[1] <= hi[1] && lo[2] <= x[2] && x[2] <= hi[2];
+  }
+};
+
+constexpr int maxStalls = 6;
+
+enum class Mode
+{
+  Particles,   // the particles are the queries
+  QueryPoints, // a probe's points
+  QueryGrid    // a grid of queries
+};
+
+struct Piece
+{
+  Box box;                                   // Particles and QueryPoints: the slab's own space
+  std::int64_t gridBegin[3] = { 0, 0, 0 };  // QueryGrid: its box of grid indices, [begin, end)
+  std::int64_t gridEnd[3] = { 0, 0, 0 };
+  std::int64_t gridPoints() const
+  {
+    return (gridEnd[0] - gridBegin[0]) * (gridEnd[1] - gridBegin[1]) * (gridEnd[2] - gridBegin[2]);
+  }
+  std::int64_t parentParticles = -1;         // particles its parent slab ran with, when cut from one
+  int stalls = 0; // cuts in a row that hardly shrank what the slab runs with
+};
+
+/// A slab with its points and arrays gathered, and room for its results.
+struct Prepared
+{
+  Piece piece;
+  std::vector<std::int64_t> particles; // Particles: own points first, then the halo; else the source
+  std::int64_t ownParticles = 0;
+  std::vector<std::int64_t> queries;   // QueryPoints: the slab's own queries
+  std::vector<char> particleXyz, queryXyz;
+  std::vector<float> mass, volumes;
+  std::vector<std::vector<float>> values;
+  std::vector<std::int32_t> count;
+  std::vector<float> density;
+  std::vector<std::uint8_t> valid;
+  std::vector<std::vector<float>> smoothed;
+  std::int64_t resultCount = 0;
+};
+
+/// Indices i in [0, n), ascending, sorted into `first` or `second` (or neither) by classify(i):
+/// 1, 2 or 0. On `threads` threads.
+template <class Classify>
+void classifyIndices(std::int64_t n, int threads, const Classify& classify, std::vector<std::int64_t>& first,
+  std::vector<std::int64_t>& second)
+{
+  const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(4 * threads, n / 65536)));
+  std::vector<std::vector<std::int64_t>> parts(2 * std::size_t(slices));
+  parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
+    auto& a = parts[2 * slice];
+    auto& b = parts[2 * slice + 1];
+    for (std::int64_t i = begin; i < end; ++i)
+    {
+      const int c = classify(i);
+      if (c == 1)
+      {
+        a.push_back(i);
+      }
+      else if (c == 2)
+      {
+        b.push_back(i);
+      }
+    }
+  });
+  std::size_t sizes[2] = { 0, 0 };
+  for (std::size_t k = 0; k < parts.size(); ++k)
+  {
+    sizes[k % 2] += parts[k].size();
+  }
+  first.clear();
+  second.clear();
+  first.reserve(sizes[0]);
+  second.reserve(sizes[1]);
+  for (int s = 0; s < slices; ++s)
+  {
+    first.insert(first.end(), parts[2 * s].begin(), parts[2 * s].end());
+    second.insert(second.end(), parts[2 * s + 1].begin(), parts[2 * s + 1].end());
+  }
+}
+
+std::vector<char> gatherPoints(const Points& p, const std::vector<std::int64_t>& indices, int threads)
+{
+  const std::size_t element = p.type == ScalarType::Float64 ? sizeof(double) : sizeof(float);
+  std::vector<char> out(3 * element * indices.size());
+  const char* from = static_cast<const char*>(p.xyz);
+  parallelSlices(threads, static_cast<std::int64_t>(indices.size()), [&](int, std::int64_t begin, std::int64_t end) {
+    for (std::int64_t k = begin; k < end; ++k)
+    {
+      std::memcpy(out.data() + 3 * element * k, from + 3 * element * indices[k], 3 * element);
+    }
+  });
+  return out;
+}
+
+std::vector<float> gatherValues(const float* values, int components, const std::vector<std::int64_t>& indices,
+  std::int64_t count, int threads)
+{
+  std::vector<float> out(std::size_t(count) * components);
+  parallelSlices(threads, count, [&](int, std::int64_t begin, std::int64_t end) {
+    for (std::int64_t k = begin; k < end; ++k)
+    {
+      std::copy(values + indices[k] * components, values + (indices[k] + 1) * components, out.data() + k * components);
+    }
+  });
+  return out;
+}
+
+/// Up to 2^20 values along `axis` of the points listed (all points when `indices` is null),
+/// evenly strided, sorted.
+std::vector<double> sortedSample(const Points& p, const std::vector<std::int64_t>* indices, std::int64_t count, int axis)
+{
+  const std::int64_t wanted = std::min<std::int64_t>(count, std::int64_t(1) << 20);
+  std::vector<double> sample(static_cast<std::size_t>(wanted));
+  for (std::int64_t k = 0; k < wanted; ++k)
+  {
+    const std::int64_t at = static_cast<std::int64_t>((double(k) + 0.5) * double(count) / double(wanted));
+    sample[k] = coordinate(p, indices ? (*indices)[at] : at, axis);
+  }
+  std::sort(sample.begin(), sample.end());
+  return sample;
+}
+
+int longestAxis(const double lo[3], const double hi[3])
+{
+  int axis = 0;
+  for (int a = 1; a < 3; ++a)
+  {
+    if (hi[a] - lo[a] > hi[axis] - lo[axis])
+    {
+      axis = a;
+    }
+  }
+  return axis;
+}
+
+void mergeReport(Report& total, const Report& part, bool takeIdentity)
+{
+  if (takeIdentity)
+  {
+    total.backend = part.backend;
+    total.method = part.method;
+    total.device = part.device;
+    total.backendReason = part.backendReason;
+  }
+  for (const StageTime& s : part.stages)
+  {
+    addStage(total, s.stage, s.milliseconds);
+  }
+  total.pairsDecidedInDouble += part.pairsDecidedInDouble;
+  total.extraDeviceBytes = std::max(total.extraDeviceBytes, part.extraDeviceBytes);
+  total.slabs += part.slabs;
+  total.slabHaloPoints += part.slabHaloPoints;
+}
+
+std::string bytesText(std::int64_t bytes)
+{
+  std::ostringstream s;
+  s.precision(3);
+  s << double(bytes) / double(1 << 20) << " MiB";
+  return s.str();
+}
+
+class SlabRun
+{
+public:
+  SlabRun(const Request& request, const SlabBackend& backend, double progressBase, double progressSpan)
+    : r_(request), backend_(backend), base_(progressBase), span_(progressSpan)
+  {
+    const bool separate = hasSeparateSource(request);
+    particles_ = separate ? request.source : request.points;
+    mode_ = !separate ? Mode::Particles : request.queryGrid.empty() ? Mode::QueryPoints : Mode::QueryGrid;
+    results_ = mode_ == Mode::Particles ? particles_.count
+      : mode_ == Mode::QueryPoints      ? request.points.count
+                                        : request.queryGrid.count();
+    if (mode_ == Mode::QueryGrid)
+    {
+      // The slowest axis with more than one point: its planes are contiguous in the output.
+      gridAxis_ = 0;
+      for (int a = 2; a > 0; --a)
+      {
+        if (request.queryGrid.dimensions[a] > 1)
+        {
+          gridAxis_ = a;
+          break;
+        }
+      }
+    }
+  }
+
+  Report run(int slabs)
+  {
+    std::deque<Piece> todo = initialPieces(slabs);
+    Report total;
+    total.slabs = 0;
+    std::int64_t largest = -1, done = 0, sourceRuns = 0;
+    Timer waited;
+    double waitedMs = 0.0;
+
+    auto prepareAsync = [&](const Piece& piece) {
+      return std::async(std::launch::async, [this, piece] { return prepare(piece); });
+    };
+    std::future<std::unique_ptr<Prepared>> next;
+    if (!todo.empty())
+    {
+      next = prepareAsync(todo.front());
+      todo.pop_front();
+    }
+    std::future<void> scattering;
+    while (next.valid())
+    {
+      Timer wait;
+      std::unique_ptr<Prepared> current = next.get();
+      waitedMs += wait.milliseconds();
+      if (!todo.empty())
+      {
+        next = prepareAsync(todo.front());
+        todo.pop_front();
+      }
+      if (current->resultCount == 0)
+      {
+        continue;
+      }
+      Report part;
+      try
+      {
+        part = runPiece(*current, done);
+      }
+      catch (const DoesNotFit& tooBig)
+      {
+        Piece halves[2];
+        // Cuts that keep failing to shrink what a slab runs with (its halo outweighs it, or a
+        // cluster lies within R of all its queries) stop after a few tries on every axis.
+        const bool shrank = current->piece.parentParticles < 0 ||
+          double(current->particles.size()) < 0.9 * double(current->piece.parentParticles);
+        const int stalls = shrank ? 0 : current->piece.stalls + 1;
+        if (stalls > maxStalls || !split(*current, halves))
+        {
+          std::ostringstream s;
+          s << "NeighborGrid: the request does not fit even cut into slabs: a slab of " << current->resultCount
+            << " result points and " << current->particles.size()
+            << " particles (its own and those within R of it) cannot be cut further: its points share their "
+               "position along every axis, a cut no longer shrinks it (R is large against the memory), or a "
+               "single grid plane is too large. Raise the memory limit, or use a smaller radius. "
+            << tooBig.what();
+          throw Error(s.str());
+        }
+        halves[0].stalls = halves[1].stalls = stalls;
+        todo.push_front(halves[1]);
+        todo.push_front(halves[0]);
+        if (!next.valid())
+        {
+          next = prepareAsync(todo.front());
+          todo.pop_front();
+        }
+        continue;
+      }
+      done += current->resultCount;
+      sourceRuns += static_cast<std::int64_t>(current->particles.size());
+      mergeReport(total, part, current->resultCount > largest && !part.device.empty());
+      largest = std::max(largest, current->resultCount);
+      if (scattering.valid())
+      {
+        scattering.get();
+      }
+      if (mode_ != Mode::QueryGrid || !contiguous(current->piece))
+      {
+        scattering = std::async(std::launch::async, [this, owned = std::move(current)] { scatter(*owned); });
+      }
+    }
+    Timer finish;
+    if (scattering.valid())
+    {
+      scattering.get();
+    }
+    waitedMs += finish.milliseconds();
+    addStage(total, "slabs: waiting for host gather and scatter", waitedMs);
+    total.slabHaloPoints = std::max<std::int64_t>(0, sourceRuns - particles_.count);
+    if (r_.operation == Operation::NeighborCount)
+    {
+      total.neighborPairs = sumCounts();
+    }
+    return total;
+  }
+
+private:
+  std::deque<Piece> initialPieces(int slabs)
+  {
+    std::deque<Piece> pieces;
+    if (mode_ == Mode::QueryGrid)
+    {
+      const std::int64_t planes = r_.queryGrid.dimensions[gridAxis_];
+      const std::int64_t count = std::min<std::int64_t>(slabs, planes);
+      for (std::int64_t k = 0; k < count; ++k)
+      {
+        Piece p;
+        for (int a = 0; a < 3; ++a)
+        {
+          p.gridEnd[a] = r_.queryGrid.dimensions[a];
+        }
+        p.gridBegin[gridAxis_] = planes * k / count;
+        p.gridEnd[gridAxis_] = planes * (k + 1) / count;
+        pieces.push_back(p);
+      }
+      return pieces;
+    }
+    const Points& points = mode_ == Mode::Particles ? particles_ : r_.points;
+    double lo[3], hi[3];
+    findBoundsOnHost(points, backend_.threads, lo, hi);
+    const int axis = longestAxis(lo, hi);
+    const std::vector<double> sample = sortedSample(points, nullptr, points.count, axis);
+    Piece current;
+    for (int k = 1; k < slabs; ++k)
+    {
+      const double cut = sample[sample.size() * k / slabs];
+      if (cut > current.box.lo[axis] && cut > lo[axis])
+      {
+        Piece below = current;
+        below.box.hi[axis] = cut;
+        pieces.push_back(below);
+        current.box.lo[axis] = cut;
+      }
+    }
+    pieces.push_back(current);
+    return pieces;
+  }
+
+  /// The bounds of a piece of the grid, in the grid's own coordinates.
+  Box gridBox(const Piece& piece) const
+  {
+    const QueryGrid& g = r_.queryGrid;
+    Box b;
+    for (int a = 0; a < 3; ++a)
+    {
+      const std::int64_t first = g.firstIndex[a] + piece.gridBegin[a];
+      const std::int64_t last = g.firstIndex[a] + piece.gridEnd[a] - 1;
+      const double u = gridCoordinate(g.origin[a], first, g.spacing[a]);
+      const double v = gridCoordinate(g.origin[a], last, g.spacing[a]);
+      b.lo[a] = std::min(u, v);
+      b.hi[a] = std::max(u, v);
+    }
+    return b;
+  }
+
+  std::unique_ptr<Prepared> prepare(const Piece& piece) const
+  {
+    auto out = std::make_unique<Prepared>();
+    Prepared& p = *out;
+    p.piece = piece;
+    const int threads = backend_.threads;
+    const double radius = r_.radius;
+    std::vector<std::int64_t> unused;
+    if (mode_ == Mode::Particles)
+    {
+      const Box halo = piece.box.dilated(radius);
+      std::vector<std::int64_t> own, near;
+      classifyIndices(particles_.count, threads, [&](std::int64_t i) {
+        const double x[3] = { coordinate(particles_, i, 0), coordinate(particles_, i, 1), coordinate(particles_, i, 2) };
+        return piece.box.contains(x) ? 1 : halo.containsClosed(x) ? 2 : 0;
+      }, own, near);
+      p.ownParticles = static_cast<std::int64_t>(own.size());
+      p.particles = std::move(own);
+      p.particles.insert(p.particles.end(), near.begin(), near.end());
+      p.resultCount = p.ownParticles;
+    }
+    else
+    {
+      Box reach;
+      if (mode_ == Mode::QueryPoints)
+      {
+        const Points& q = r_.points;
+        classifyIndices(q.count, threads, [&](std::int64_t i) {
+          const double x[3] = { coordinate(q, i, 0), coordinate(q, i, 1), coordinate(q, i, 2) };
+          return piece.box.contains(x) ? 1 : 0;
+        }, p.queries, unused);
+        p.resultCount = static_cast<std::int64_t>(p.queries.size());
+        if (p.resultCount == 0)
+        {
+          return out;
+        }
+        p.queryXyz = gatherPoints(q, p.queries, threads);
+        Box own;
+        for (int a = 0; a < 3; ++a)
+        {
+          own.lo[a] = HUGE_VAL;
+          own.hi[a] = -HUGE_VAL;
+        }
+        for (std::int64_t k = 0; k < p.resultCount; ++k)
+        {
+          for (int a = 0; a < 3; ++a)
+          {
+            const double x = coordinate(q, p.queries[k], a);
+            own.lo[a] = std::min(own.lo[a], x);
+            own.hi[a] = std::max(own.hi[a], x);
+          }
+        }
+        reach = own.dilated(radius);
+      }
+      else
+      {
+        p.resultCount = piece.gridPoints();
+        reach = gridBox(piece).dilated(radius);
+      }
+      classifyIndices(particles_.count, threads, [&](std::int64_t i) {
+        const double x[3] = { coordinate(particles_, i, 0), coordinate(particles_, i, 1), coordinate(particles_, i, 2) };
+        return reach.containsClosed(x) ? 1 : 0;
+      }, p.particles, unused);
+      p.ownParticles = static_cast<std::int64_t>(p.particles.size());
+    }
+    if (p.particles.empty() || std::int64_t(p.particles.size()) > maxPointsPerRun ||
+      p.resultCount > maxPointsPerRun)
+    {
+      return out; // runPiece fills results without neighbors, or asks for a cut
+    }
+    const std::int64_t n = static_cast<std::int64_t>(p.particles.size());
+    p.particleXyz = gatherPoints(particles_, p.particles, threads);
+    if (r_.particleVolumes)
+    {
+      p.volumes = gatherValues(r_.particleVolumes, 1, p.particles, n, threads);
+    }
+    else if (r_.mass && operationUsesMass(r_.operation, r_.normalization))
+    {
+      p.mass = gatherValues(r_.mass, 1, p.particles, n, threads);
+    }
+    if (r_.operation == Operation::Smoothing)
+    {
+      for (const SmoothedArray& a : r_.smoothed)
+      {
+        p.values.push_back(gatherValues(a.values, a.components, p.particles, n, threads));
+      }
+    }
+    return out;
+  }
+
+  /// Runs one slab; throws DoesNotFit when it is too large for one run.
+  Report runPiece(Prepared& p, std::int64_t done)
+  {
+    const std::int64_t sources = static_cast<std::int64_t>(p.particles.size());
+    const std::int64_t runResults = mode_ == Mode::Particles ? sources : p.resultCount;
+    if (sources > maxPointsPerRun || runResults > maxPointsPerRun)
+    {
+      std::ostringstream s;
+      s << "a slab of " << std::max(sources, runResults) << " points is more than one run takes (2^31 - 2)";
+      throw DoesNotFit(s.str(), 0, 0);
+    }
+    // A piece of the grid that is contiguous in the output writes there; others are scattered.
+    const bool direct = mode_ == Mode::QueryGrid && contiguous(p.piece);
+    const std::int64_t* dims = r_.queryGrid.dimensions;
+    const std::int64_t offset = !direct ? 0
+                                        : p.piece.gridBegin[0] +
+        dims[0] * (p.piece.gridBegin[1] + dims[1] * p.piece.gridBegin[2]);
+    if (!direct)
+    {
+      if (r_.neighborCount)
+      {
+        p.count.assign(std::size_t(runResults), 0);
+      }
+      if (r_.density)
+      {
+        p.density.assign(std::size_t(runResults), 0.0f);
+      }
+      if (r_.valid)
+      {
+        p.valid.assign(std::size_t(runResults), 0);
+      }
+      if (r_.operation == Operation::Smoothing)
+      {
+        p.smoothed.clear();
+        for (const SmoothedArray& a : r_.smoothed)
+        {
+          p.smoothed.emplace_back(std::size_t(runResults) * a.components);
+        }
+      }
+    }
+    auto output = [&](auto* callers, auto& mine, std::int64_t components) {
+      return direct ? (callers ? callers + offset * components : nullptr) : (callers ? mine.data() : nullptr);
+    };
+    std::int32_t* count = output(r_.neighborCount, p.count, 1);
+    float* density = output(r_.density, p.density, 1);
+    std::uint8_t* valid = output(r_.valid, p.valid, 1);
+    std::vector<float*> smoothed;
+    for (std::size_t a = 0; a < r_.smoothed.size(); ++a)
+    {
+      smoothed.push_back(direct ? r_.smoothed[a].output + offset * r_.smoothed[a].components : p.smoothed[a].data());
+    }
+
+    if (sources == 0)
+    {
+      // No particle within R of these queries: the values a run gives a query without neighbors.
+      for (std::int64_t k = 0; k < runResults; ++k)
+      {
+        if (count)
+        {
+          count[k] = 0;
+        }
+        if (density)
+        {
+          density[k] = 0.0f;
+        }
+        if (valid)
+        {
+          valid[k] = 0;
+        }
+        for (std::size_t a = 0; a < smoothed.size(); ++a)
+        {
+          std::fill(smoothed[a] + k * r_.smoothed[a].components, smoothed[a] + (k + 1) * r_.smoothed[a].components,
+            r_.nullValue);
+        }
+      }
+      Report empty;
+      empty.slabs = 0;
+      return empty;
+    }
+
+    Request s = r_;
+    const ScalarType particleType = particles_.type;
+    Points gathered;
+    gathered.xyz = p.particleXyz.data();
+    gathered.count = sources;
+    gathered.type = particleType;
+    if (mode_ == Mode::Particles)
+    {
+      s.points = gathered;
+      s.source = Points();
+      s.queryGrid = QueryGrid();
+    }
+    else
+    {
+      s.source = gathered;
+      if (mode_ == Mode::QueryPoints)
+      {
+        s.points.xyz = p.queryXyz.data();
+        s.points.count = p.resultCount;
+        s.points.type = r_.points.type;
+      }
+      else
+      {
+        s.points = Points();
+        for (int a = 0; a < 3; ++a)
+        {
+          s.queryGrid.dimensions[a] = p.piece.gridEnd[a] - p.piece.gridBegin[a];
+          s.queryGrid.firstIndex[a] += p.piece.gridBegin[a];
+        }
+      }
+    }
+    s.mass = p.mass.empty() ? nullptr : p.mass.data();
+    s.particleVolumes = p.volumes.empty() ? nullptr : p.volumes.data();
+    for (std::size_t a = 0; a < s.smoothed.size(); ++a)
+    {
+      s.smoothed[a].values = p.values[a].data();
+      s.smoothed[a].output = smoothed[a];
+    }
+    s.neighborCount = count;
+    s.density = density;
+    s.valid = valid;
+    const double total = double(std::max<std::int64_t>(1, results_));
+    if (r_.progress)
+    {
+      const double share = double(p.resultCount) / total;
+      const double before = double(done) / total;
+      s.progress = [this, share, before](double fraction, const char* stage) {
+        return r_.progress(base_ + span_ * (before + share * fraction), stage);
+      };
+    }
+    Report report = backend_.runOnce(s);
+    report.slabs = 1;
+    return report;
+  }
+
+  /// Cuts a slab that did not fit in two halves of its own points; false when it cannot.
+  bool split(const Prepared& p, Piece halves[2]) const
+  {
+    if (mode_ == Mode::QueryGrid)
+    {
+      // The axis of the piece's longest side that has two points or more.
+      int axis = -1;
+      double longest = -1.0;
+      for (int a = 0; a < 3; ++a)
+      {
+        const std::int64_t points = p.piece.gridEnd[a] - p.piece.gridBegin[a];
+        const double side = double(points - 1) * std::fabs(r_.queryGrid.spacing[a]);
+        if (points >= 2 && side > longest)
+        {
+          axis = a;
+          longest = side;
+        }
+      }
+      if (axis < 0)
+      {
+        return false;
+      }
+      const std::int64_t middle = (p.piece.gridBegin[axis] + p.piece.gridEnd[axis]) / 2;
+      halves[0] = halves[1] = p.piece;
+      halves[0].parentParticles = halves[1].parentParticles = static_cast<std::int64_t>(p.particles.size());
+      halves[0].gridEnd[axis] = middle;
+      halves[1].gridBegin[axis] = middle;
+      return true;
+    }
+    const Points& points = mode_ == Mode::Particles ? particles_ : r_.points;
+    const std::vector<std::int64_t>& own = mode_ == Mode::Particles ? p.particles : p.queries;
+    const std::int64_t count = mode_ == Mode::Particles ? p.ownParticles : p.resultCount;
+    if (count < 2)
+    {
+      return false;
+    }
+    // Longest axis of a sample of the own points; the median, or the next larger sample value.
+    std::vector<double> samples[3];
+    double lo[3], hi[3];
+    for (int a = 0; a < 3; ++a)
+    {
+      samples[a] = sortedSample(points, &own, count, a);
+      lo[a] = samples[a].front();
+      hi[a] = samples[a].back();
+    }
+    int order[3] = { 0, 1, 2 };
+    std::sort(order, order + 3, [&](int a, int b) { return hi[a] - lo[a] > hi[b] - lo[b]; });
+    for (int axis : order)
+    {
+      const std::vector<double>& s = samples[axis];
+      auto cut = s.begin() + static_cast<std::ptrdiff_t>(s.size() / 2);
+      if (*cut == s.front())
+      {
+        cut = std::upper_bound(s.begin(), s.end(), s.front());
+      }
+      if (cut == s.end())
+      {
+        continue;
+      }
+      halves[0] = halves[1] = p.piece;
+      halves[0].parentParticles = halves[1].parentParticles = static_cast<std::int64_t>(p.particles.size());
+      halves[0].box.hi[axis] = *cut;
+      halves[1].box.lo[axis] = *cut;
+      return true;
+    }
+    return false;
+  }
+
+  /// Whether a piece of the grid is one run of the output: the axes below some axis whole, those
+  /// above it one index wide.
+  bool contiguous(const Piece& piece) const
+  {
+    const std::int64_t* dims = r_.queryGrid.dimensions;
+    for (int m = 0; m < 3; ++m)
+    {
+      bool ok = true;
+      for (int a = 0; a < 3; ++a)
+      {
+        const std::int64_t size = piece.gridEnd[a] - piece.gridBegin[a];
+        ok = ok && (a < m ? size == dims[a] : a > m ? size == 1 : true);
+      }
+      if (ok)
+      {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void scatter(const Prepared& p) const
+  {
+    const bool grid = mode_ == Mode::QueryGrid;
+    const std::vector<std::int64_t>& targets = mode_ == Mode::Particles ? p.particles : p.queries;
+    const std::int64_t* dims = r_.queryGrid.dimensions;
+    const std::int64_t* from = p.piece.gridBegin;
+    const std::int64_t sizeX = p.piece.gridEnd[0] - from[0], sizeY = p.piece.gridEnd[1] - from[1];
+    parallelSlices(backend_.threads, p.resultCount, [&](int, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t k = begin; k < end; ++k)
+      {
+        const std::int64_t to = !grid ? targets[k]
+                                      : (from[0] + k % sizeX) +
+            dims[0] * ((from[1] + (k / sizeX) % sizeY) + dims[1] * (from[2] + k / (sizeX * sizeY)));
+        if (r_.neighborCount)
+        {
+          r_.neighborCount[to] = p.count[k];
+        }
+        if (r_.density)
+        {
+          r_.density[to] = p.density[k];
+        }
+        if (r_.valid)
+        {
+          r_.valid[to] = p.valid[k];
+        }
+        for (std::size_t a = 0; a < p.smoothed.size(); ++a)
+        {
+          const int c = r_.smoothed[a].components;
+          std::copy(p.smoothed[a].data() + k * c, p.smoothed[a].data() + (k + 1) * c, r_.smoothed[a].output + to * c);
+        }
+      }
+    });
+  }
+
+  std::int64_t sumCounts() const
+  {
+    const int slices = std::max(1, backend_.threads);
+    std::vector<std::int64_t> partial(slices, 0);
+    parallelSlices(slices, results_, [&](int slice, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i)
+      {
+        partial[slice] += r_.neighborCount[i];
+      }
+    });
+    std::int64_t sum = 0;
+    for (std::int64_t v : partial)
+    {
+      sum += v;
+    }
+    return sum;
+  }
+
+  const Request& r_;
+  const SlabBackend& backend_;
+  double base_, span_;
+  Points particles_;
+  Mode mode_ = Mode::Particles;
+  std::int64_t results_ = 0;
+  int gridAxis_ = 2;
+};
+
+/// Slabs to start with: the memory a run needs, a + b * (its share of the request), against the
+/// memory a run can have; a (the backend's fixed scratch) from the estimates for the whole
+/// request and for half of it. Throws when no slab could fit.
+int slabsFor(const Request& r, const SlabBackend& backend)
+{
+  const bool separate = hasSeparateSource(r);
+  const Points& particles = separate ? r.source : r.points;
+  const std::int64_t queries = !separate ? 0 : r.queryGrid.empty() ? r.points.count : r.queryGrid.count();
+  double lo[3], hi[3];
+  findBoundsOnHost(particles, backend.threads, lo, hi);
+  Request half = r;
+  (separate ? half.source : half.points).count = std::max<std::int64_t>(1, particles.count / 2);
+  if (separate && r.queryGrid.empty())
+  {
+    half.points.count = std::max<std::int64_t>(1, r.points.count / 2);
+  }
+  const double whole = double(backend.bytesNeeded(r, lo, hi));
+  const double fixed = std::max(0.0, 2.0 * double(backend.bytesNeeded(half, lo, hi)) - whole);
+  const double perShare = std::max(1.0, whole - fixed);
+  const double usable = 0.8 * double(std::max<std::int64_t>(1, backend.bytesAvailable()));
+  if (fixed >= 0.5 * usable)
+  {
+    std::ostringstream s;
+    s << "NeighborGrid: the memory a run can have (" << bytesText(backend.bytesAvailable())
+      << ", the engine's memory limit or the device's free memory) is below what any run of this request needs: "
+      << bytesText(static_cast<std::int64_t>(fixed)) << " of fixed scratch, and about "
+      << bytesText(static_cast<std::int64_t>(whole)) << " for all " << particles.count
+      << " points in one run. Raise the memory limit";
+    throw Error(s.str());
+  }
+  const double perRun = 0.9 * double(maxPointsPerRun);
+  const double slabs = std::max({ 2.0, std::ceil(perShare / (usable - fixed)),
+    std::ceil(double(particles.count) / perRun), std::ceil(double(queries) / perRun) });
+  // Slabs thinner than 2R would each run with more halo than points of their own.
+  const double extent = hi[longestAxis(lo, hi)] - lo[longestAxis(lo, hi)];
+  if (slabs > 4.0 && extent / slabs < 2.0 * r.radius)
+  {
+    std::ostringstream s;
+    s << "NeighborGrid: the memory a run can have (" << bytesText(backend.bytesAvailable())
+      << ", the engine's memory limit or the device's free memory) would need " << slabs
+      << " slabs, thinner than 2R, for this request (about " << bytesText(static_cast<std::int64_t>(whole))
+      << " in one run): each would run with more points within R of it than its own. Raise the memory limit";
+    throw Error(s.str());
+  }
+  return static_cast<int>(std::min(slabs, 65536.0));
+}
+
+Report runPieces(const Request& r, const SlabBackend& backend, double base, double span)
+{
+  if (!(r.operation == Operation::Smoothing && r.normalization == Normalization::SPH && !r.particleVolumes))
+  {
+    return SlabRun(r, backend, base, span).run(slabsFor(r, backend));
+  }
+  // SPH: rho_j of every particle first, then the smoothing with V_j = m_j / rho_j.
+  const bool separate = hasSeparateSource(r);
+  const Points particles = separate ? r.source : r.points;
+  std::vector<float> rho(static_cast<std::size_t>(particles.count));
+  Request density = r;
+  density.points = particles;
+  density.source = Points();
+  density.queryGrid = QueryGrid();
+  density.operation = Operation::Density;
+  density.smoothed.clear();
+  density.neighborCount = nullptr;
+  density.valid = nullptr;
+  density.density = rho.data();
+  Report total = runFitting(density, backend, base, span / 2);
+
+  std::vector<float> volumes(rho.size());
+  parallelSlices(backend.threads, particles.count, [&](int, std::int64_t begin, std::int64_t end) {
+    for (std::int64_t j = begin; j < end; ++j)
+    {
+      volumes[j] = (r.mass ? r.mass[j] : static_cast<float>(r.constantMass)) / rho[j];
+    }
+  });
+  Request smoothing = r;
+  smoothing.particleVolumes = volumes.data();
+  smoothing.density = nullptr;
+  const Report second = runFitting(smoothing, backend, base + span / 2, r.density && separate ? span / 4 : span / 2);
+  mergeReport(total, second, true);
+  if (r.density && !separate)
+  {
+    std::copy(rho.begin(), rho.end(), r.density);
+  }
+  else if (r.density)
+  {
+    Request queryDensity = r;
+    queryDensity.operation = Operation::Density;
+    queryDensity.smoothed.clear();
+    queryDensity.valid = nullptr;
+    mergeReport(total, runFitting(queryDensity, backend, base + 0.75 * span, span / 4), false);
+  }
+  return total;
+}
+
+} // namespace
+
+Report runFitting(const Request& r, const SlabBackend& backend, double progressBase, double progressSpan)
+{
+  const bool separate = hasSeparateSource(r);
+  const std::int64_t particles = separate ? r.source.count : r.points.count;
+  const std::int64_t queries = !separate ? 0 : r.queryGrid.empty() ? r.points.count : r.queryGrid.count();
+  if (particles <= maxPointsPerRun && queries <= maxPointsPerRun)
+  {
+    try
+    {
+      Request once = r;
+      if (r.progress && (progressBase != 0.0 || progressSpan != 1.0))
+      {
+        once.progress = [&r, progressBase, progressSpan](double fraction, const char* stage) {
+          return r.progress(progressBase + progressSpan * fraction, stage);
+        };
+      }
+      return backend.runOnce(once);
+    }
+    catch (const DoesNotFit&)
+    {
+      // Checked before any output was written: cut it into slabs.
+    }
+  }
+  return runPieces(r, backend, progressBase, progressSpan);
+}
+
+} // namespace detail
+} // namespace neighborgrid
