@@ -629,10 +629,25 @@ Report Engine::Impl::runOpen(const Request& request)
   return detail::runFitting(request, slabBackend);
 }
 
-Report Engine::run(const Request& request)
+Report Engine::run(const Request& given)
 {
-  validate(request);
-  detail::validatePeriodicBox(request);
+  validate(given);
+  detail::validatePeriodicBox(given);
+  // Output pointers the operation does not write are not touched by any layer.
+  Request request = given;
+  if (request.operation != Operation::NeighborCount)
+  {
+    request.neighborCount = nullptr;
+  }
+  if (!(request.operation == Operation::Density ||
+        (request.operation == Operation::Smoothing && request.normalization == Normalization::SPH)))
+  {
+    request.density = nullptr;
+  }
+  if (request.operation != Operation::Smoothing)
+  {
+    request.smoothed.clear();
+  }
   if (detail::isPeriodic(request))
   {
     return detail::runPeriodic(request, impl_->threads, [this](const Request& open) {

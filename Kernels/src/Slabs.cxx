@@ -104,93 +104,130 @@ struct Piece
   int stalls = 0; // cuts in a row that hardly shrank what the slab runs with
 };
 
+/// Host memory for a slab, left uninitialized: it is written once, in parallel, and its pages
+/// are first touched by those writers (a serial zero fill of gigabytes cost seconds).
+template <class T>
+class HostArray
+{
+public:
+  void resize(std::int64_t n)
+  {
+    if (n > capacity_)
+    {
+      data_.reset();
+      data_.reset(new T[static_cast<std::size_t>(n)]);
+      capacity_ = n;
+    }
+    size_ = n;
+  }
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  std::int64_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  T& operator[](std::int64_t i) { return data_[i]; }
+  const T& operator[](std::int64_t i) const { return data_[i]; }
+
+private:
+  std::unique_ptr<T[]> data_;
+  std::int64_t capacity_ = 0, size_ = 0;
+};
+
 /// A slab with its points and arrays gathered, and room for its results.
 struct Prepared
 {
   Piece piece;
-  std::vector<std::int64_t> particles; // Particles: own points first, then the halo; else the source
+  HostArray<std::int64_t> particles; // Particles: own points first, then the halo; else the source
   std::int64_t ownParticles = 0;
-  std::vector<std::int64_t> queries;   // QueryPoints: the slab's own queries
-  std::vector<char> particleXyz, queryXyz;
-  std::vector<float> mass, volumes;
-  std::vector<std::vector<float>> values;
-  std::vector<std::int32_t> count;
-  std::vector<float> density;
-  std::vector<std::uint8_t> valid;
-  std::vector<std::vector<float>> smoothed;
+  HostArray<std::int64_t> queries;   // QueryPoints: the slab's own queries
+  HostArray<char> particleXyz, queryXyz;
+  HostArray<float> mass, volumes;
+  std::vector<HostArray<float>> values;
+  HostArray<std::int32_t> count;
+  HostArray<float> density;
+  HostArray<std::uint8_t> valid;
+  std::vector<HostArray<float>> smoothed;
   std::int64_t resultCount = 0;
 };
 
-/// Indices i in [0, n), ascending, sorted into `first` or `second` (or neither) by classify(i):
-/// 1, 2 or 0. On `threads` threads.
+/// The points for which classify(i) is 1, then those for which it is 2, each in ascending order:
+/// their indices into `indices` and their coordinates (as given) into `xyz`. Two passes over the
+/// points on `threads` threads: count per slice, then write at the slice's offsets. Returns the
+/// number of the first kind.
 template <class Classify>
-void classifyIndices(std::int64_t n, int threads, const Classify& classify, std::vector<std::int64_t>& first,
-  std::vector<std::int64_t>& second)
+std::int64_t partitionPoints(const Points& points, int threads, const Classify& classify,
+  HostArray<std::int64_t>& indices, HostArray<char>& xyz)
 {
+  const std::int64_t n = points.count;
   const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(4 * threads, n / 65536)));
-  std::vector<std::vector<std::int64_t>> parts(2 * std::size_t(slices));
-  parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
-    auto& a = parts[2 * slice];
-    auto& b = parts[2 * slice + 1];
-    for (std::int64_t i = begin; i < end; ++i)
+  const std::int64_t size = (n + slices - 1) / slices;
+  std::vector<std::int64_t> counts(2 * std::size_t(slices), 0);
+  parallelSlices(threads, slices, [&](int, std::int64_t first, std::int64_t last) {
+    for (std::int64_t slice = first; slice < last; ++slice)
     {
-      const int c = classify(i);
-      if (c == 1)
+      std::int64_t c[3] = { 0, 0, 0 };
+      for (std::int64_t i = slice * size; i < std::min(n, (slice + 1) * size); ++i)
       {
-        a.push_back(i);
+        ++c[classify(i)];
       }
-      else if (c == 2)
+      counts[2 * slice] = c[1];
+      counts[2 * slice + 1] = c[2];
+    }
+  });
+  std::int64_t firstKind = 0, total = 0;
+  for (int slice = 0; slice < slices; ++slice)
+  {
+    firstKind += counts[2 * slice];
+    total += counts[2 * slice] + counts[2 * slice + 1];
+  }
+  std::vector<std::int64_t> offsets(2 * std::size_t(slices));
+  std::int64_t at[2] = { 0, firstKind };
+  for (int slice = 0; slice < slices; ++slice)
+  {
+    for (int kind = 0; kind < 2; ++kind)
+    {
+      offsets[2 * slice + kind] = at[kind];
+      at[kind] += counts[2 * slice + kind];
+    }
+  }
+  const std::size_t element = points.type == ScalarType::Float64 ? sizeof(double) : sizeof(float);
+  indices.resize(total);
+  xyz.resize(total * 3 * static_cast<std::int64_t>(element));
+  const char* from = static_cast<const char*>(points.xyz);
+  parallelSlices(threads, slices, [&](int, std::int64_t first, std::int64_t last) {
+    for (std::int64_t slice = first; slice < last; ++slice)
+    {
+      std::int64_t next[3] = { 0, offsets[2 * slice], offsets[2 * slice + 1] };
+      for (std::int64_t i = slice * size; i < std::min(n, (slice + 1) * size); ++i)
       {
-        b.push_back(i);
+        const int kind = classify(i);
+        if (kind)
+        {
+          const std::int64_t to = next[kind]++;
+          indices[to] = i;
+          std::memcpy(xyz.data() + 3 * element * to, from + 3 * element * i, 3 * element);
+        }
       }
     }
   });
-  std::size_t sizes[2] = { 0, 0 };
-  for (std::size_t k = 0; k < parts.size(); ++k)
-  {
-    sizes[k % 2] += parts[k].size();
-  }
-  first.clear();
-  second.clear();
-  first.reserve(sizes[0]);
-  second.reserve(sizes[1]);
-  for (int s = 0; s < slices; ++s)
-  {
-    first.insert(first.end(), parts[2 * s].begin(), parts[2 * s].end());
-    second.insert(second.end(), parts[2 * s + 1].begin(), parts[2 * s + 1].end());
-  }
+  return firstKind;
 }
 
-std::vector<char> gatherPoints(const Points& p, const std::vector<std::int64_t>& indices, int threads)
+void gatherValues(const float* values, int components, const HostArray<std::int64_t>& indices, int threads,
+  HostArray<float>& out)
 {
-  const std::size_t element = p.type == ScalarType::Float64 ? sizeof(double) : sizeof(float);
-  std::vector<char> out(3 * element * indices.size());
-  const char* from = static_cast<const char*>(p.xyz);
-  parallelSlices(threads, static_cast<std::int64_t>(indices.size()), [&](int, std::int64_t begin, std::int64_t end) {
-    for (std::int64_t k = begin; k < end; ++k)
-    {
-      std::memcpy(out.data() + 3 * element * k, from + 3 * element * indices[k], 3 * element);
-    }
-  });
-  return out;
-}
-
-std::vector<float> gatherValues(const float* values, int components, const std::vector<std::int64_t>& indices,
-  std::int64_t count, int threads)
-{
-  std::vector<float> out(std::size_t(count) * components);
+  const std::int64_t count = indices.size();
+  out.resize(count * components);
   parallelSlices(threads, count, [&](int, std::int64_t begin, std::int64_t end) {
     for (std::int64_t k = begin; k < end; ++k)
     {
       std::copy(values + indices[k] * components, values + (indices[k] + 1) * components, out.data() + k * components);
     }
   });
-  return out;
 }
 
 /// Up to 2^20 values along `axis` of the points listed (all points when `indices` is null),
 /// evenly strided, sorted.
-std::vector<double> sortedSample(const Points& p, const std::vector<std::int64_t>* indices, std::int64_t count, int axis)
+std::vector<double> sortedSample(const Points& p, const HostArray<std::int64_t>* indices, std::int64_t count, int axis)
 {
   const std::int64_t wanted = std::min<std::int64_t>(count, std::int64_t(1) << 20);
   std::vector<double> sample(static_cast<std::size_t>(wanted));
@@ -338,7 +375,7 @@ public:
         continue;
       }
       done += current->resultCount;
-      sourceRuns += static_cast<std::int64_t>(current->particles.size());
+      sourceRuns += current->particles.size();
       mergeReport(total, part, current->resultCount > largest && !part.device.empty());
       largest = std::max(largest, current->resultCount);
       if (scattering.valid())
@@ -431,18 +468,20 @@ private:
     p.piece = piece;
     const int threads = backend_.threads;
     const double radius = r_.radius;
-    std::vector<std::int64_t> unused;
+    auto position = [](const Points& points, std::int64_t i, double x[3]) {
+      for (int a = 0; a < 3; ++a)
+      {
+        x[a] = coordinate(points, i, a);
+      }
+    };
     if (mode_ == Mode::Particles)
     {
       const Box halo = piece.box.dilated(radius);
-      std::vector<std::int64_t> own, near;
-      classifyIndices(particles_.count, threads, [&](std::int64_t i) {
-        const double x[3] = { coordinate(particles_, i, 0), coordinate(particles_, i, 1), coordinate(particles_, i, 2) };
+      p.ownParticles = partitionPoints(particles_, threads, [&](std::int64_t i) {
+        double x[3];
+        position(particles_, i, x);
         return piece.box.contains(x) ? 1 : halo.containsClosed(x) ? 2 : 0;
-      }, own, near);
-      p.ownParticles = static_cast<std::int64_t>(own.size());
-      p.particles = std::move(own);
-      p.particles.insert(p.particles.end(), near.begin(), near.end());
+      }, p.particles, p.particleXyz);
       p.resultCount = p.ownParticles;
     }
     else
@@ -451,16 +490,15 @@ private:
       if (mode_ == Mode::QueryPoints)
       {
         const Points& q = r_.points;
-        classifyIndices(q.count, threads, [&](std::int64_t i) {
-          const double x[3] = { coordinate(q, i, 0), coordinate(q, i, 1), coordinate(q, i, 2) };
+        p.resultCount = partitionPoints(q, threads, [&](std::int64_t i) {
+          double x[3];
+          position(q, i, x);
           return piece.box.contains(x) ? 1 : 0;
-        }, p.queries, unused);
-        p.resultCount = static_cast<std::int64_t>(p.queries.size());
+        }, p.queries, p.queryXyz);
         if (p.resultCount == 0)
         {
           return out;
         }
-        p.queryXyz = gatherPoints(q, p.queries, threads);
         Box own;
         for (int a = 0; a < 3; ++a)
         {
@@ -483,32 +521,31 @@ private:
         p.resultCount = piece.gridPoints();
         reach = gridBox(piece).dilated(radius);
       }
-      classifyIndices(particles_.count, threads, [&](std::int64_t i) {
-        const double x[3] = { coordinate(particles_, i, 0), coordinate(particles_, i, 1), coordinate(particles_, i, 2) };
+      p.ownParticles = partitionPoints(particles_, threads, [&](std::int64_t i) {
+        double x[3];
+        position(particles_, i, x);
         return reach.containsClosed(x) ? 1 : 0;
-      }, p.particles, unused);
-      p.ownParticles = static_cast<std::int64_t>(p.particles.size());
+      }, p.particles, p.particleXyz);
     }
-    if (p.particles.empty() || std::int64_t(p.particles.size()) > maxPointsPerRun ||
-      p.resultCount > maxPointsPerRun)
+    const std::int64_t n = p.particles.size();
+    if (n == 0 || n > maxPointsPerRun || p.resultCount > maxPointsPerRun)
     {
       return out; // runPiece fills results without neighbors, or asks for a cut
     }
-    const std::int64_t n = static_cast<std::int64_t>(p.particles.size());
-    p.particleXyz = gatherPoints(particles_, p.particles, threads);
     if (r_.particleVolumes)
     {
-      p.volumes = gatherValues(r_.particleVolumes, 1, p.particles, n, threads);
+      gatherValues(r_.particleVolumes, 1, p.particles, threads, p.volumes);
     }
     else if (r_.mass && operationUsesMass(r_.operation, r_.normalization))
     {
-      p.mass = gatherValues(r_.mass, 1, p.particles, n, threads);
+      gatherValues(r_.mass, 1, p.particles, threads, p.mass);
     }
     if (r_.operation == Operation::Smoothing)
     {
-      for (const SmoothedArray& a : r_.smoothed)
+      p.values.resize(r_.smoothed.size());
+      for (std::size_t a = 0; a < r_.smoothed.size(); ++a)
       {
-        p.values.push_back(gatherValues(a.values, a.components, p.particles, n, threads));
+        gatherValues(r_.smoothed[a].values, r_.smoothed[a].components, p.particles, threads, p.values[a]);
       }
     }
     return out;
@@ -517,7 +554,7 @@ private:
   /// Runs one slab; throws DoesNotFit when it is too large for one run.
   Report runPiece(Prepared& p, std::int64_t done)
   {
-    const std::int64_t sources = static_cast<std::int64_t>(p.particles.size());
+    const std::int64_t sources = p.particles.size();
     const std::int64_t runResults = mode_ == Mode::Particles ? sources : p.resultCount;
     if (sources > maxPointsPerRun || runResults > maxPointsPerRun)
     {
@@ -533,25 +570,14 @@ private:
         dims[0] * (p.piece.gridBegin[1] + dims[1] * p.piece.gridBegin[2]);
     if (!direct)
     {
-      if (r_.neighborCount)
+      // Every entry is written by the run (or below, without sources).
+      p.count.resize(r_.neighborCount ? runResults : 0);
+      p.density.resize(r_.density ? runResults : 0);
+      p.valid.resize(r_.valid ? runResults : 0);
+      p.smoothed.resize(r_.smoothed.size());
+      for (std::size_t a = 0; a < r_.smoothed.size(); ++a)
       {
-        p.count.assign(std::size_t(runResults), 0);
-      }
-      if (r_.density)
-      {
-        p.density.assign(std::size_t(runResults), 0.0f);
-      }
-      if (r_.valid)
-      {
-        p.valid.assign(std::size_t(runResults), 0);
-      }
-      if (r_.operation == Operation::Smoothing)
-      {
-        p.smoothed.clear();
-        for (const SmoothedArray& a : r_.smoothed)
-        {
-          p.smoothed.emplace_back(std::size_t(runResults) * a.components);
-        }
+        p.smoothed[a].resize(runResults * r_.smoothed[a].components);
       }
     }
     auto output = [&](auto* callers, auto& mine, std::int64_t components) {
@@ -673,13 +699,13 @@ private:
       }
       const std::int64_t middle = (p.piece.gridBegin[axis] + p.piece.gridEnd[axis]) / 2;
       halves[0] = halves[1] = p.piece;
-      halves[0].parentParticles = halves[1].parentParticles = static_cast<std::int64_t>(p.particles.size());
+      halves[0].parentParticles = halves[1].parentParticles = p.particles.size();
       halves[0].gridEnd[axis] = middle;
       halves[1].gridBegin[axis] = middle;
       return true;
     }
     const Points& points = mode_ == Mode::Particles ? particles_ : r_.points;
-    const std::vector<std::int64_t>& own = mode_ == Mode::Particles ? p.particles : p.queries;
+    const HostArray<std::int64_t>& own = mode_ == Mode::Particles ? p.particles : p.queries;
     const std::int64_t count = mode_ == Mode::Particles ? p.ownParticles : p.resultCount;
     if (count < 2)
     {
@@ -709,7 +735,7 @@ private:
         continue;
       }
       halves[0] = halves[1] = p.piece;
-      halves[0].parentParticles = halves[1].parentParticles = static_cast<std::int64_t>(p.particles.size());
+      halves[0].parentParticles = halves[1].parentParticles = p.particles.size();
       halves[0].box.hi[axis] = *cut;
       halves[1].box.lo[axis] = *cut;
       return true;
@@ -741,7 +767,7 @@ private:
   void scatter(const Prepared& p) const
   {
     const bool grid = mode_ == Mode::QueryGrid;
-    const std::vector<std::int64_t>& targets = mode_ == Mode::Particles ? p.particles : p.queries;
+    const HostArray<std::int64_t>& targets = mode_ == Mode::Particles ? p.particles : p.queries;
     const std::int64_t* dims = r_.queryGrid.dimensions;
     const std::int64_t* from = p.piece.gridBegin;
     const std::int64_t sizeX = p.piece.gridEnd[0] - from[0], sizeY = p.piece.gridEnd[1] - from[1];
@@ -799,9 +825,9 @@ private:
   int gridAxis_ = 2;
 };
 
-/// Slabs to start with: the memory a run needs, a + b * (its share of the request), against the
-/// memory a run can have; a (the backend's fixed scratch) from the estimates for the whole
-/// request and for half of it. Throws when no slab could fit.
+/// Slabs to start with: the memory a run needs (the backend's fixed scratch, the need of a run
+/// of one point, plus the rest in proportion to its share of the request) against the memory a
+/// run can have. Throws when no slab could fit.
 int slabsFor(const Request& r, const SlabBackend& backend)
 {
   const bool separate = hasSeparateSource(r);
@@ -809,14 +835,14 @@ int slabsFor(const Request& r, const SlabBackend& backend)
   const std::int64_t queries = !separate ? 0 : r.queryGrid.empty() ? r.points.count : r.queryGrid.count();
   double lo[3], hi[3];
   findBoundsOnHost(particles, backend.threads, lo, hi);
-  Request half = r;
-  (separate ? half.source : half.points).count = std::max<std::int64_t>(1, particles.count / 2);
+  Request tiny = r;
+  (separate ? tiny.source : tiny.points).count = 1;
   if (separate && r.queryGrid.empty())
   {
-    half.points.count = std::max<std::int64_t>(1, r.points.count / 2);
+    tiny.points.count = 1;
   }
   const double whole = double(backend.bytesNeeded(r, lo, hi));
-  const double fixed = std::max(0.0, 2.0 * double(backend.bytesNeeded(half, lo, hi)) - whole);
+  const double fixed = std::min(whole, double(backend.bytesNeeded(tiny, lo, hi)));
   const double perShare = std::max(1.0, whole - fixed);
   const double usable = 0.8 * double(std::max<std::int64_t>(1, backend.bytesAvailable()));
   if (fixed >= 0.5 * usable)
@@ -855,7 +881,8 @@ Report runPieces(const Request& r, const SlabBackend& backend, double base, doub
   // SPH: rho_j of every particle first, then the smoothing with V_j = m_j / rho_j.
   const bool separate = hasSeparateSource(r);
   const Points particles = separate ? r.source : r.points;
-  std::vector<float> rho(static_cast<std::size_t>(particles.count));
+  HostArray<float> rho;
+  rho.resize(particles.count);
   Request density = r;
   density.points = particles;
   density.source = Points();
@@ -867,7 +894,8 @@ Report runPieces(const Request& r, const SlabBackend& backend, double base, doub
   density.density = rho.data();
   Report total = runFitting(density, backend, base, span / 2);
 
-  std::vector<float> volumes(rho.size());
+  HostArray<float> volumes;
+  volumes.resize(particles.count);
   parallelSlices(backend.threads, particles.count, [&](int, std::int64_t begin, std::int64_t end) {
     for (std::int64_t j = begin; j < end; ++j)
     {
@@ -881,7 +909,7 @@ Report runPieces(const Request& r, const SlabBackend& backend, double base, doub
   mergeReport(total, second, true);
   if (r.density && !separate)
   {
-    std::copy(rho.begin(), rho.end(), r.density);
+    std::copy(rho.data(), rho.data() + rho.size(), r.density);
   }
   else if (r.density)
   {

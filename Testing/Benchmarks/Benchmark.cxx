@@ -164,7 +164,7 @@ double median(std::vector<double> v)
 bool isDeviceResident(const std::string& stage)
 {
   return stage != "coordinates" && stage != "upload" && stage != "download" && stage != "copy to caller" &&
-    stage != "periodic images"; // built on the host
+    stage != "periodic images" && stage.rfind("slabs", 0) != 0; // built on the host
 }
 
 Method parseMethod(const std::string& name)
@@ -451,6 +451,262 @@ int runPeriodicTable(const std::vector<Method>& methods, Backend backend, int ru
   return 0;
 }
 
+/// n uniform random float points in [0, scene)^3, drawn on all cores.
+std::vector<float> uniformCloud(std::int64_t n, double scene, std::uint64_t seed)
+{
+  std::vector<float> xyz(3 * std::size_t(n));
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+  {
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(seed + 7919 * t);
+      std::uniform_real_distribution<float> u(0.0f, static_cast<float>(scene));
+      for (std::int64_t k = 3 * n * t / threads; k < 3 * n * (t + 1) / threads; ++k)
+      {
+        xyz[k] = u(rng);
+      }
+    });
+  }
+  for (auto& thread : pool)
+  {
+    thread.join();
+  }
+  return xyz;
+}
+
+/// --slabs=N: density of N uniform random points (box 90 (N / 4M)^(1/3), R = 1.5, about 80
+/// neighbors), Auto, in one Engine::run that cuts it into slabs where it does not fit (N above
+/// 2^31 - 2, or --memory-limit=BYTES). Checked: every density written and positive, and the points
+/// of three boxes of side 8 that straddle the slab cuts against a run on those boxes alone (with
+/// their points within R), to 1e-5. CSV: device,table,n,scene,radius,operation,method,median_ms,
+/// end_to_end_ms,slabs,slab_halo_points,checked_points,max_relative_difference
+int runSlabs(std::int64_t n, std::int64_t memoryLimit, int runs, std::ofstream& csv)
+{
+  const double scene = 90.0 * std::cbrt(double(n) / 4194304.0), radius = 1.5;
+  auto began = std::chrono::steady_clock::now();
+  std::vector<float> xyz = uniformCloud(n, scene, 2026);
+  std::fprintf(stderr, "slabs: %lld points drawn in %.1f s\n", static_cast<long long>(n),
+    std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+  std::vector<float> density(static_cast<std::size_t>(n), -1.0f);
+  Engine engine;
+  engine.setMemoryLimit(memoryLimit);
+  Request r;
+  r.points = Points(xyz.data(), n);
+  r.radius = radius;
+  r.operation = Operation::Density;
+  r.density = density.data();
+  std::vector<double> resident, wall;
+  Report report;
+  if (!timedRuns(engine, r, runs, resident, wall, report))
+  {
+    return 1;
+  }
+  // Every density written and positive; the points of boxes of side 8 at the centre of the
+  // x = 1/3, 1/2, 2/3 planes (the cuts of 2 or 3 slabs along x), with the points within R of them,
+  // run alone, and their inner points compared. One pass over the points, on all cores.
+  const double at[3] = { 1.0 / 3.0, 0.5, 2.0 / 3.0 };
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  struct Found
+  {
+    std::int64_t bad = 0;
+    std::vector<std::int64_t> near[3];
+  };
+  std::vector<Found> found(threads);
+  {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+    {
+      pool.emplace_back([&, t] {
+        for (std::int64_t i = n * t / threads; i < n * (t + 1) / threads; ++i)
+        {
+          found[t].bad += !(density[i] > 0.0f);
+          for (int b = 0; b < 3; ++b)
+          {
+            const double centre[3] = { at[b] * scene, 0.5 * scene, 0.5 * scene };
+            bool near = true;
+            for (int a = 0; a < 3; ++a)
+            {
+              near = near && std::fabs(double(xyz[3 * i + a]) - centre[a]) <= 4.0 + 1.01 * radius;
+            }
+            if (near)
+            {
+              found[t].near[b].push_back(i);
+            }
+          }
+        }
+      });
+    }
+    for (auto& thread : pool)
+    {
+      thread.join();
+    }
+  }
+  std::int64_t bad = 0, checked = 0;
+  double worst = 0.0;
+  for (const Found& f : found)
+  {
+    bad += f.bad;
+  }
+  for (int b = 0; b < 3; ++b)
+  {
+    const double centre[3] = { at[b] * scene, 0.5 * scene, 0.5 * scene };
+    std::vector<float> local;
+    std::vector<std::int64_t> indices;
+    for (const Found& f : found)
+    {
+      for (std::int64_t i : f.near[b])
+      {
+        local.insert(local.end(), &xyz[3 * i], &xyz[3 * i] + 3);
+        indices.push_back(i);
+      }
+    }
+    std::vector<float> localDensity(indices.size());
+    Request check = r;
+    check.points = Points(local.data(), static_cast<std::int64_t>(indices.size()));
+    check.density = localDensity.data();
+    Engine alone;
+    alone.run(check);
+    for (std::size_t k = 0; k < indices.size(); ++k)
+    {
+      bool inside = true;
+      for (int a = 0; a < 3; ++a)
+      {
+        inside = inside && std::fabs(double(local[3 * k + a]) - centre[a]) <= 4.0;
+      }
+      if (inside)
+      {
+        const double want = localDensity[k], got = density[indices[k]];
+        worst = std::max(worst, std::fabs(got - want) / std::fabs(want));
+        ++checked;
+      }
+    }
+  }
+  std::ostringstream line;
+  line << report.device << ",slabs," << n << "," << scene << "," << radius << ",Density," << toString(report.method)
+       << " (Auto)," << median(resident) << "," << median(wall) << "," << report.slabs << ","
+       << report.slabHaloPoints << "," << checked << "," << worst << "\n";
+  const char* header = "device,table,n,scene,radius,operation,method,median_ms,end_to_end_ms,slabs,slab_halo_points,"
+                       "checked_points,max_relative_difference\n";
+  std::printf("%s%s", header, line.str().c_str());
+  if (csv)
+  {
+    csv << header << line.str();
+  }
+  for (const auto& stage : report.stages)
+  {
+    std::fprintf(stderr, "  slabs %s: %.1f ms\n", stage.stage.c_str(), stage.milliseconds);
+  }
+  std::fprintf(stderr, "slabs: %lld densities not positive, %lld checked, worst relative difference %.3g\n",
+    static_cast<long long>(bad), static_cast<long long>(checked), worst);
+  return bad == 0 && worst <= 1e-5 && checked > 0 ? 0 : 1;
+}
+
+/// --ranks=P with --n=N: the distributed density row without MPI on the device machine: P threads
+/// stand in for P ranks, each with its own Engine on its own GPU (setCudaDevice(p)) and its slab
+/// of x with its halo (the points within R), as RedistributeDataSet and the exchange of
+/// Filters/NeighborhoodDistributed.cxx leave it. Timed: the ranks' runs side by side (wall time of
+/// all, and the slowest rank's device-resident time); not timed: building the slabs and halos on
+/// the host, which a real run does in the MPI exchange. CSV: device,table,n,scene,radius,operation,
+/// method,median_ms,end_to_end_ms,ranks,halo_points
+int runRanks(std::int64_t n, int ranks, int runs, std::ofstream& csv)
+{
+  const double scene = 90.0 * std::cbrt(double(n) / 4194304.0), radius = 1.5;
+  const std::vector<float> xyz = uniformCloud(n, scene, 2027);
+  struct Rank
+  {
+    std::vector<float> xyz;
+    std::vector<float> density;
+    std::int64_t own = 0;
+    Engine engine;
+    Report report;
+    double wallMs = 0;
+  };
+  std::vector<Rank> rank(ranks);
+  std::int64_t halo = 0;
+  for (int p = 0; p < ranks; ++p)
+  {
+    const double lo = scene * p / ranks, hi = scene * (p + 1) / ranks;
+    Rank& k = rank[p];
+    std::vector<float> near;
+    for (std::int64_t i = 0; i < n; ++i)
+    {
+      const double x = xyz[3 * i];
+      if ((x >= lo || p == 0) && (x < hi || p == ranks - 1))
+      {
+        k.xyz.insert(k.xyz.end(), &xyz[3 * i], &xyz[3 * i] + 3);
+      }
+      else if (x >= lo - radius && x <= hi + radius)
+      {
+        near.insert(near.end(), &xyz[3 * i], &xyz[3 * i] + 3);
+      }
+    }
+    k.own = static_cast<std::int64_t>(k.xyz.size() / 3);
+    k.xyz.insert(k.xyz.end(), near.begin(), near.end());
+    halo += static_cast<std::int64_t>(near.size() / 3);
+    k.density.resize(k.xyz.size() / 3);
+    k.engine.setCudaDevice(p % std::max(1, Engine::cudaDeviceCount()));
+  }
+  auto runAll = [&] {
+    std::vector<std::thread> pool;
+    for (int p = 0; p < ranks; ++p)
+    {
+      pool.emplace_back([&, p] {
+        Rank& k = rank[p];
+        Request r;
+        r.points = Points(k.xyz.data(), static_cast<std::int64_t>(k.xyz.size() / 3));
+        r.radius = radius;
+        r.operation = Operation::Density;
+        r.backend = Backend::CUDA;
+        r.density = k.density.data();
+        const auto began = std::chrono::steady_clock::now();
+        k.report = k.engine.run(r);
+        k.wallMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+      });
+    }
+    for (auto& t : pool)
+    {
+      t.join();
+    }
+  };
+  runAll(); // warm-up
+  std::vector<double> resident, wall;
+  for (int run = 0; run < runs; ++run)
+  {
+    const auto began = std::chrono::steady_clock::now();
+    runAll();
+    wall.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
+    double slowest = 0;
+    for (const Rank& k : rank)
+    {
+      double t = 0;
+      for (const auto& stage : k.report.stages)
+      {
+        t += isDeviceResident(stage.stage) ? stage.milliseconds : 0.0;
+      }
+      slowest = std::max(slowest, t);
+    }
+    resident.push_back(slowest);
+  }
+  for (int p = 0; p < ranks; ++p)
+  {
+    std::fprintf(stderr, "rank %d: %s, %lld own points, %lld with halo, %s\n", p, rank[p].report.device.c_str(),
+      static_cast<long long>(rank[p].own), static_cast<long long>(rank[p].xyz.size() / 3),
+      toString(rank[p].report.method));
+  }
+  std::ostringstream line;
+  line << rank[0].report.device << ",ranks," << n << "," << scene << "," << radius << ",Density,"
+       << toString(rank[0].report.method) << " (Auto)," << median(resident) << "," << median(wall) << "," << ranks
+       << "," << halo << "\n";
+  const char* header = "device,table,n,scene,radius,operation,method,median_ms,end_to_end_ms,ranks,halo_points\n";
+  std::printf("%s%s", header, line.str().c_str());
+  if (csv)
+  {
+    csv << header << line.str();
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -464,6 +720,8 @@ int main(int argc, char** argv)
   bool roofline = false;
   std::int64_t volumeSide = 0;
   bool periodicTable = false;
+  std::int64_t slabPoints = 0, memoryLimit = 0, pointCount = 67108864;
+  int ranks = 0;
   for (int i = 1; i < argc; ++i)
   {
     const std::string a = argv[i];
@@ -509,11 +767,28 @@ int main(int argc, char** argv)
     {
       roofline = true;
     }
+    else if (a.rfind("--slabs=", 0) == 0)
+    {
+      slabPoints = std::max<std::int64_t>(1000, std::atoll(a.c_str() + 8));
+    }
+    else if (a.rfind("--memory-limit=", 0) == 0)
+    {
+      memoryLimit = std::atoll(a.c_str() + 15);
+    }
+    else if (a.rfind("--ranks=", 0) == 0)
+    {
+      ranks = std::max(1, std::atoi(a.c_str() + 8));
+    }
+    else if (a.rfind("--n=", 0) == 0)
+    {
+      pointCount = std::max<std::int64_t>(1000, std::atoll(a.c_str() + 4));
+    }
     else
     {
       std::fprintf(stderr,
         "usage: %s [--table=issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|all|smoke]\n"
         "          [--runs=N] [--csv=FILE] [--volume=N] [--periodic] [--operations=N]\n"
+        "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]]\n"
         "          [--methods=counting-sort,radix-sort,fenns,claws,bayraktar,staged-tiles,brute-force,auto] [--cpu] [--roofline]\n",
         argv[0]);
       return 2;
@@ -537,6 +812,14 @@ int main(int argc, char** argv)
   if (!csvPath.empty())
   {
     csv.open(csvPath);
+  }
+  if (slabPoints > 0)
+  {
+    return runSlabs(slabPoints, memoryLimit, runs, csv);
+  }
+  if (ranks > 0)
+  {
+    return runRanks(pointCount, ranks, runs, csv);
   }
   if (periodicTable)
   {

@@ -1815,7 +1815,11 @@ void expectSameResults(const std::vector<float>& got, const std::vector<float>& 
   int bad = 0;
   for (std::size_t k = 0; k < got.size(); ++k)
   {
-    if (!(std::fabs(got[k] - want[k]) <= 1e-5 * (std::fabs(want[k]) + 1.0)) && bad++ < 5)
+    // Float sums in another order, frame coordinates relative to another origin (each slab's
+    // bounds), and for Auto perhaps another method (cells of R / 2 or R): each run within 1e-5
+    // of the double reference for the extents of EngineAccuracy, a few times that here (boxes
+    // of 80 to 160).
+    if (!(std::fabs(got[k] - want[k]) <= 5e-5 * (std::fabs(want[k]) + 1.0)) && bad++ < 5)
     {
       ADD_FAILURE() << what << " entry " << k << ": in slabs " << got[k] << ", in one run " << want[k];
     }
@@ -1829,13 +1833,13 @@ class EngineSlabs : public testing::TestWithParam<std::string>
 
 TEST_P(EngineSlabs, EveryOperationMatchesOneRun)
 {
-  // The CUDA methods keep 8 MB of scratch per run: a larger cloud there, so that a limit above
-  // that still makes the cloud's run too large.
+  // The CUDA methods keep 16 MB of scratch per run, and a limit must leave room for more: a larger
+  // cloud there (at the same density), so that a 48 MB limit still makes its run too large.
   const bool cuda = backendUnderTest == Backend::CUDA;
-  const std::int64_t n = cuda ? 400000 : 60000;
+  const std::int64_t n = cuda ? 1000000 : 60000;
   // Clusters of width box / 40: a larger box and a smaller R keep them to a few hundred neighbors.
   const bool clustered = GetParam() == "clustered";
-  const double box = (cuda ? 60.0 : 32.0) * (clustered ? 2.0 : 1.0);
+  const double box = (cuda ? 80.0 : 32.0) * (clustered ? 2.0 : 1.0);
   const double radius = clustered ? 0.8 : 1.3;
   const Cloud cloud = ngtest::makeCloud(GetParam(), n, box, 71);
   std::vector<float> probe;
@@ -1867,7 +1871,7 @@ TEST_P(EngineSlabs, EveryOperationMatchesOneRun)
           : queries == SlabQueries::Points                                      ? " probe"
                                                                                 : " grid"));
       Engine whole, sliced;
-      sliced.setMemoryLimit(cuda ? (std::int64_t(20) << 20) : 100 * n / 4);
+      sliced.setMemoryLimit(cuda ? (std::int64_t(48) << 20) : 100 * n / 4);
       std::int64_t oneRun = 0, slabs = 0, halo = 0, unused = 0;
       const Outputs want = runEveryOperation(whole, cloud, radius, method, queries, probe, grid, oneRun, unused);
       const Outputs got = runEveryOperation(sliced, cloud, radius, method, queries, probe, grid, slabs, halo);
@@ -1899,8 +1903,8 @@ INSTANTIATE_TEST_SUITE_P(Clouds, EngineSlabs, testing::Values("uniform", "cluste
 TEST(EngineSlabsPeriodic, APeriodicBoxInSlabsMatchesOneRun)
 {
   const bool cuda = backendUnderTest == Backend::CUDA;
-  const std::int64_t n = cuda ? 400000 : 60000;
-  const double box = cuda ? 60.0 : 32.0;
+  const std::int64_t n = cuda ? 1000000 : 60000;
+  const double box = cuda ? 80.0 : 32.0;
   const Cloud cloud = ngtest::makeCloud("uniform", n, box, 72);
   for (Method method : { Method::Auto, Method::CountingSort })
   {
@@ -1928,7 +1932,7 @@ TEST(EngineSlabsPeriodic, APeriodicBoxInSlabsMatchesOneRun)
       return std::min(slabs, engine.run(r).slabs);
     };
     Engine whole, sliced;
-    sliced.setMemoryLimit(cuda ? (std::int64_t(20) << 20) : 100 * n / 4);
+    sliced.setMemoryLimit(cuda ? (std::int64_t(48) << 20) : 100 * n / 4);
     EXPECT_EQ(run(whole, want, wantSph, wantCount), 1);
     EXPECT_GE(run(sliced, got, gotSph, gotCount), 2);
     EXPECT_EQ(gotCount, wantCount);

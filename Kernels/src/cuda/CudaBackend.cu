@@ -313,6 +313,10 @@ public:
     const std::int64_t n = points.count;
     const std::size_t element = points.type == ScalarType::Float32 ? sizeof(float) : sizeof(double);
     const std::size_t bytes = 3 * std::size_t(n) * element;
+    if (memoryLimit_ > 0 && deviceRaw_.bytes() > bytes)
+    {
+      deviceRaw_.release(); // a larger run's coordinates would count against the limit
+    }
     checkFits(std::int64_t(bytes), 0, n, "the coordinates");
     char* raw = static_cast<char*>(deviceRaw_.ensureBytes(bytes, "the coordinates as given"));
     transfers_.upload(raw, points.xyz, bytes, stream_, "uploading coordinates");
@@ -760,9 +764,11 @@ private:
         << ". About " << fit << " points would fit in one run";
       throw DoesNotFit(s.str(), needed + resident, available + resident);
     }
-    if (needed > std::int64_t(freeBytes))
+    // Cached buffers of earlier runs stand in the way of the device's free memory, or would
+    // take the run over the engine's limit.
+    if (needed > std::int64_t(freeBytes) || (memoryLimit_ > 0 && needed + resident + pooled > memoryLimit_))
     {
-      pool_.releaseAll(); // cached buffers of earlier runs stand in the way
+      pool_.releaseAll();
       if (!resident)
       {
         inputPool_.releaseAll();
