@@ -852,6 +852,7 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
   try
   {
     collectiveRunStarted = true;
+    this->Internal->Engine.setMemoryLimit(static_cast<std::int64_t>(this->MemoryLimit * 1048576.0));
     report = neighborgrid_filters::RunDistributed(this->Internal->Engine, request,
       queries.Kind == QuerySpec::PARTICLES, ghosts && ghosts->GetNumberOfTuples() == particleCount ? ghosts->GetPointer(0) : nullptr, controller,
       distributed);
@@ -919,6 +920,11 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
     info.push_back("periodic_images=" + ToText(static_cast<vtkIdType>(report.periodicImages)));
   }
   info.push_back("points=" + ToText(particleCount));
+  if (report.slabs > 1)
+  {
+    info.push_back("slabs=" + ToText(static_cast<vtkIdType>(report.slabs)));
+    info.push_back("slab_halo_points=" + ToText(static_cast<vtkIdType>(report.slabHaloPoints)));
+  }
   if (distributed.ranks > 1 || distributed.ghostPoints > 0)
   {
     info.push_back("rank=" + ToText(distributed.rank) + " of " + ToText(distributed.ranks));
@@ -1069,6 +1075,7 @@ void vtkPointNeighborhoodFilter::PrintSelf(ostream& os, vtkIndent indent)
   os << indent << "Method: " << this->Method << " ("
      << neighborgrid::toString(MethodToEngine(this->Method)) << ")\n";
   os << indent << "NullValue: " << this->NullValue << "\n";
+  os << indent << "MemoryLimit: " << this->MemoryLimit << " MiB\n";
   os << indent << "Periodic: " << this->Periodic[0] << " " << this->Periodic[1] << " " << this->Periodic[2] << "\n";
   os << indent << "BoxOrigin: " << this->BoxOrigin[0] << " " << this->BoxOrigin[1] << " " << this->BoxOrigin[2] << "\n";
   os << indent << "BoxLengths: " << this->BoxLengths[0] << " " << this->BoxLengths[1] << " " << this->BoxLengths[2]

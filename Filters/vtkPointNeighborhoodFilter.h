@@ -159,6 +159,14 @@ public:
   ///@}
 
   ///@{
+  /// The most memory one run of the engine may take, in MiB (neighborgrid::Engine::setMemoryLimit):
+  /// GPU memory on CUDA, the search's buffers on the CPU. 0 (default): no limit beyond the GPU's
+  /// free memory. Larger data run in slabs with halos of width Radius; results are unchanged.
+  vtkSetClampMacro(MemoryLimit, double, 0.0, 1e12);
+  vtkGetMacro(MemoryLimit, double);
+  ///@}
+
+  ///@{
   /// Probe and volume filters (vtkPointNeighborhoodProbe, vtkPointNeighborhoodVolume): the value
   /// of smoothed arrays at points with no particle within R (or whose Shepard weights sum to 0),
   /// default 0, and the name of the array that marks the points that have one (1) or not (0),
@@ -259,6 +267,7 @@ protected:
   int Backend = BACKEND_AUTO;
   int Method = METHOD_AUTO;
   double NullValue = 0.0;
+  double MemoryLimit = 0.0;
   int Periodic[3] = { 0, 0, 0 };
   double BoxOrigin[3] = { 0, 0, 0 };
   double BoxLengths[3] = { 0, 0, 0 };

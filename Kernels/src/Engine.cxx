@@ -407,7 +407,12 @@ void Engine::setCpuThreads(int threads)
 
 void Engine::setMemoryLimit(std::int64_t bytes)
 {
-  impl_->memoryLimit = std::max<std::int64_t>(0, bytes);
+  bytes = std::max<std::int64_t>(0, bytes);
+  if (bytes == impl_->memoryLimit)
+  {
+    return; // the backends keep their buffers
+  }
+  impl_->memoryLimit = bytes;
   impl_->cuda.reset();
   impl_->cpu.reset();
 }

@@ -97,6 +97,37 @@ counts = run_count(poly, radius)
 if counts is not None:
     T.check(counts[0] >= 4 and lo[0] >= 4, "a point repeated 5 times counts its 4 copies")
 
+# A memory limit below what one run needs: the cloud runs in slabs with halos, same counts, and
+# the densities of one run (float sums in another order).
+f = make_filter(poly, radius)
+f.MemoryLimit = 0.1  # MiB; the CPU search takes about 100 bytes per point, 0.3 MiB here
+out = T.output_of(f)
+info = T.info_string(out)
+slabs = [int(line.split("=")[1]) for line in info.splitlines() if line.startswith("slabs=")]
+T.check(slabs and slabs[0] >= 2, "MemoryLimit 0.1 MiB: the run was cut into slabs (%s)" % slabs)
+sliced = T.point_array(out, "NeighborCount")
+check_counts("in slabs (MemoryLimit 0.1 MiB)", None if sliced is None else vtk_to_numpy(sliced).astype(np.int64),
+             lo, hi)
+
+
+def density_of(proxy):
+    arr = T.point_array(T.output_of(proxy), "Density")
+    return None if arr is None else vtk_to_numpy(arr).astype(np.float64)
+
+
+f.Operation = "Density"
+sliced_density = density_of(f)
+f.MemoryLimit = 0.0
+whole_density = density_of(f)
+T.check(sliced_density is not None and whole_density is not None and
+        T.max_relative_error(sliced_density, whole_density) < 1e-5,
+        "density in slabs equals density in one run")
+errors = T.ErrorCatcher(f)
+f.MemoryLimit = 0.001  # 1 KiB: no slab fits
+T.check(density_of(f) is None and "raise the memory limit" in errors.text().lower(),
+        "a memory limit too small for any slab is an error that says so: %s" % errors.text()[:300])
+simple.Delete(f)
+
 # Far from the origin: double coordinates around (-3e6, 4e6, 1e6); same counts as at the origin.
 far = T.make_polydata(xyz + np.array([-3.0e6, 4.0e6, 1.0e6]), double=True)
 check_counts("shifted by (-3e6, 4e6, 1e6), double coordinates", run_count(far, radius), lo, hi)

@@ -54,6 +54,7 @@ expected_defaults = {
     "Normalization": "Shepard",
     "Backend": "Auto",
     "Method": "Auto",
+    "MemoryLimit": 0.0,
     "Periodic": [0, 0, 0],
     "BoxOrigin": [0.0, 0.0, 0.0],
     "BoxLengths": [0.0, 0.0, 0.0],
