@@ -845,7 +845,7 @@ int slabsFor(const Request& r, const SlabBackend& backend)
   const double fixed = std::min(whole, double(backend.bytesNeeded(tiny, lo, hi)));
   const double perShare = std::max(1.0, whole - fixed);
   const double usable = 0.8 * double(std::max<std::int64_t>(1, backend.bytesAvailable()));
-  if (fixed >= 0.5 * usable)
+  if (fixed >= 0.9 * usable)
   {
     std::ostringstream s;
     s << "NeighborGrid: the memory a run can have (" << bytesText(backend.bytesAvailable())

@@ -1833,13 +1833,13 @@ class EngineSlabs : public testing::TestWithParam<std::string>
 
 TEST_P(EngineSlabs, EveryOperationMatchesOneRun)
 {
-  // The CUDA methods keep 16 MB of scratch per run, and a limit must leave room for more: a larger
-  // cloud there (at the same density), so that a 48 MB limit still makes its run too large.
+  // The CUDA methods keep 16 to 32 MB of scratch per run, and a limit must leave room for more: a
+  // larger cloud there (at the same density), so that a 96 MB limit still makes its run too large.
   const bool cuda = backendUnderTest == Backend::CUDA;
-  const std::int64_t n = cuda ? 1000000 : 60000;
+  const std::int64_t n = cuda ? 3000000 : 60000;
   // Clusters of width box / 40: a larger box and a smaller R keep them to a few hundred neighbors.
   const bool clustered = GetParam() == "clustered";
-  const double box = (cuda ? 80.0 : 32.0) * (clustered ? 2.0 : 1.0);
+  const double box = (cuda ? 115.0 : 32.0) * (clustered ? 2.0 : 1.0);
   const double radius = clustered ? 0.8 : 1.3;
   const Cloud cloud = ngtest::makeCloud(GetParam(), n, box, 71);
   std::vector<float> probe;
@@ -1865,13 +1865,17 @@ TEST_P(EngineSlabs, EveryOperationMatchesOneRun)
     {
       continue; // fits in one run anyway
     }
+    if (clustered && (method == Method::FENNS || method == Method::CLAWS))
+    {
+      continue; // miscount these clusters in one run already: EngineKnownProblems below
+    }
     for (SlabQueries queries : { SlabQueries::None, SlabQueries::Points, SlabQueries::Grid })
     {
       SCOPED_TRACE(std::string(toString(method)) + (queries == SlabQueries::None ? " particles"
           : queries == SlabQueries::Points                                      ? " probe"
                                                                                 : " grid"));
       Engine whole, sliced;
-      sliced.setMemoryLimit(cuda ? (std::int64_t(48) << 20) : 100 * n / 4);
+      sliced.setMemoryLimit(cuda ? (std::int64_t(96) << 20) : 100 * n / 4);
       std::int64_t oneRun = 0, slabs = 0, halo = 0, unused = 0;
       const Outputs want = runEveryOperation(whole, cloud, radius, method, queries, probe, grid, oneRun, unused);
       const Outputs got = runEveryOperation(sliced, cloud, radius, method, queries, probe, grid, slabs, halo);
@@ -1903,8 +1907,8 @@ INSTANTIATE_TEST_SUITE_P(Clouds, EngineSlabs, testing::Values("uniform", "cluste
 TEST(EngineSlabsPeriodic, APeriodicBoxInSlabsMatchesOneRun)
 {
   const bool cuda = backendUnderTest == Backend::CUDA;
-  const std::int64_t n = cuda ? 1000000 : 60000;
-  const double box = cuda ? 80.0 : 32.0;
+  const std::int64_t n = cuda ? 3000000 : 60000;
+  const double box = cuda ? 115.0 : 32.0;
   const Cloud cloud = ngtest::makeCloud("uniform", n, box, 72);
   for (Method method : { Method::Auto, Method::CountingSort })
   {
@@ -1932,12 +1936,56 @@ TEST(EngineSlabsPeriodic, APeriodicBoxInSlabsMatchesOneRun)
       return std::min(slabs, engine.run(r).slabs);
     };
     Engine whole, sliced;
-    sliced.setMemoryLimit(cuda ? (std::int64_t(48) << 20) : 100 * n / 4);
+    sliced.setMemoryLimit(cuda ? (std::int64_t(96) << 20) : 100 * n / 4);
     EXPECT_EQ(run(whole, want, wantSph, wantCount), 1);
     EXPECT_GE(run(sliced, got, gotSph, gotCount), 2);
     EXPECT_EQ(gotCount, wantCount);
     expectSameResults(got, want, "periodic density");
     expectSameResults(gotSph, wantSph, "periodic SPH smoothing");
+  }
+}
+
+// Found by the slab tests on the H100 (2026-11-23): FENNS and CLAWS miss neighbors of points in
+// dense clusters inside a sparse box (3M points, five clusters of width 5.75 in a box of 230,
+// R = 0.8), where the other methods and a double brute force agree. Auto no longer takes CLAWS
+// for sparse data until this passes.
+TEST(EngineKnownProblems, FennsAndClawsCountExactlyInDenseClustersOfASparseBox)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "FENNS and CLAWS run on CUDA only";
+  }
+  const Cloud cloud = ngtest::makeCloud("clustered", 3000000, 230.0, 71);
+  std::vector<std::int32_t> exact(cloud.size()), counts(cloud.size());
+  Engine engine;
+  Request r = baseRequest(cloud, 0.8, Method::CountingSort);
+  r.operation = Operation::NeighborCount;
+  r.neighborCount = exact.data();
+  engine.run(r);
+  // Counting Sort itself, against a double brute force at a few points of the clusters.
+  for (std::int64_t i : { 4, 9, 22, 25, 38 })
+  {
+    std::int64_t brute = 0;
+    for (std::int64_t j = 0; j < cloud.size(); ++j)
+    {
+      const double a[3] = { cloud.xyzFloat[3 * i], cloud.xyzFloat[3 * i + 1], cloud.xyzFloat[3 * i + 2] };
+      const double b[3] = { cloud.xyzFloat[3 * j], cloud.xyzFloat[3 * j + 1], cloud.xyzFloat[3 * j + 2] };
+      brute += j != i && withinRadius(a, b, 0.8);
+    }
+    ASSERT_EQ(exact[i], brute) << "point " << i;
+  }
+  for (Method method : { Method::FENNS, Method::CLAWS, Method::Auto })
+  {
+    SCOPED_TRACE(toString(method));
+    r.method = method;
+    r.neighborCount = counts.data();
+    engine.run(r);
+    std::int64_t bad = 0;
+    for (std::size_t i = 0; i < counts.size(); ++i)
+    {
+      bad += counts[i] != exact[i];
+    }
+    EXPECT_EQ(bad, 0) << "points whose count differs from Counting Sort's";
   }
 }
 
