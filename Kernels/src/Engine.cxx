@@ -118,14 +118,11 @@ bool validEnum(Enum e, Enum last)
   return static_cast<int>(e) >= 0 && static_cast<int>(e) <= static_cast<int>(last);
 }
 
-bool hasSource(const Request& r)
-{
-  return r.source.xyz || r.source.count || !r.queryGrid.empty();
-}
+using detail::hasSeparateSource;
 
 void validate(const Request& r)
 {
-  const bool separate = hasSource(r);
+  const bool separate = hasSeparateSource(r);
   const Points& particles = separate ? r.source : r.points;
   const char* particleName = separate ? "source" : "input";
   if (particles.count <= 0)
@@ -511,7 +508,7 @@ detail::BackendImplementation& Engine::Impl::backendFor(const Request& request, 
 
 detail::Problem Engine::Impl::makeProblem(const Request& request, const detail::ProgressReporter& progress)
 {
-  const bool separate = hasSource(request);
+  const bool separate = hasSeparateSource(request);
   detail::Problem problem;
   problem.input = separate ? request.source : request.points;
   problem.count = problem.input.count;
@@ -584,7 +581,7 @@ Report Engine::Impl::runOnce(const Request& request)
 Report Engine::Impl::runOpen(const Request& request)
 {
   // Checks on the whole request, so that messages name the caller's point.
-  const bool separate = hasSource(request);
+  const bool separate = hasSeparateSource(request);
   const std::int64_t n = separate ? request.source.count : request.points.count;
   if (request.particleVolumes)
   {

@@ -2,6 +2,7 @@
 
 #include "PairTest.h"
 #include "Parallel.h"
+#include "Slabs.h"
 #include "Timer.h"
 
 #include <algorithm>
@@ -25,11 +26,6 @@ namespace
 // The source with its images runs in slabs where it is large (Slabs.h); this bound only stops a
 // radius far beyond the box lengths from asking for an absurd number of images.
 constexpr std::int64_t maxPoints = std::int64_t(1) << 34;
-
-bool hasSeparateSource(const Request& r)
-{
-  return r.source.xyz || r.source.count || !r.queryGrid.empty();
-}
 
 void readPoint(const Points& p, std::int64_t i, double x[3])
 {

@@ -40,11 +40,6 @@ namespace detail
 namespace
 {
 
-bool hasSeparateSource(const Request& r)
-{
-  return r.source.xyz || r.source.count || !r.queryGrid.empty();
-}
-
 double coordinate(const Points& p, std::int64_t i, int axis)
 {
   return p.type == ScalarType::Float64 ? static_cast<const double*>(p.xyz)[3 * i + axis]
@@ -289,9 +284,7 @@ public:
     const bool separate = hasSeparateSource(request);
     particles_ = separate ? request.source : request.points;
     mode_ = !separate ? Mode::Particles : request.queryGrid.empty() ? Mode::QueryPoints : Mode::QueryGrid;
-    results_ = mode_ == Mode::Particles ? particles_.count
-      : mode_ == Mode::QueryPoints      ? request.points.count
-                                        : request.queryGrid.count();
+    results_ = mode_ == Mode::Particles ? particles_.count : queryCount(request);
     if (mode_ == Mode::QueryGrid)
     {
       // The slowest axis with more than one point: its planes are contiguous in the output.
@@ -500,20 +493,11 @@ private:
           return out;
         }
         Box own;
-        for (int a = 0; a < 3; ++a)
-        {
-          own.lo[a] = HUGE_VAL;
-          own.hi[a] = -HUGE_VAL;
-        }
-        for (std::int64_t k = 0; k < p.resultCount; ++k)
-        {
-          for (int a = 0; a < 3; ++a)
-          {
-            const double x = coordinate(q, p.queries[k], a);
-            own.lo[a] = std::min(own.lo[a], x);
-            own.hi[a] = std::max(own.hi[a], x);
-          }
-        }
+        Points gathered;
+        gathered.xyz = p.queryXyz.data();
+        gathered.count = p.resultCount;
+        gathered.type = q.type;
+        findBoundsOnHost(gathered, threads, own.lo, own.hi);
         reach = own.dilated(radius);
       }
       else
@@ -832,7 +816,7 @@ int slabsFor(const Request& r, const SlabBackend& backend)
 {
   const bool separate = hasSeparateSource(r);
   const Points& particles = separate ? r.source : r.points;
-  const std::int64_t queries = !separate ? 0 : r.queryGrid.empty() ? r.points.count : r.queryGrid.count();
+  const std::int64_t queries = queryCount(r);
   double lo[3], hi[3];
   findBoundsOnHost(particles, backend.threads, lo, hi);
   Request tiny = r;
@@ -928,7 +912,7 @@ Report runFitting(const Request& r, const SlabBackend& backend, double progressB
 {
   const bool separate = hasSeparateSource(r);
   const std::int64_t particles = separate ? r.source.count : r.points.count;
-  const std::int64_t queries = !separate ? 0 : r.queryGrid.empty() ? r.points.count : r.queryGrid.count();
+  const std::int64_t queries = queryCount(r);
   if (particles <= maxPointsPerRun && queries <= maxPointsPerRun)
   {
     try

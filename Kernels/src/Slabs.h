@@ -16,6 +16,19 @@ namespace neighborgrid
 namespace detail
 {
 
+/// Whether the request has particles of its own (a source, or a grid of queries) apart from its
+/// points, which are then the queries.
+inline bool hasSeparateSource(const Request& r)
+{
+  return r.source.xyz || r.source.count || !r.queryGrid.empty();
+}
+
+/// Queries of a request with a separate source (points or grid points); 0 without one.
+inline std::int64_t queryCount(const Request& r)
+{
+  return !hasSeparateSource(r) ? 0 : r.queryGrid.empty() ? r.points.count : r.queryGrid.count();
+}
+
 /// Points in one run of a backend (int32 indices on the device and in the CPU's sort).
 constexpr std::int64_t maxPointsPerRun = std::numeric_limits<std::int32_t>::max() - 1;
 

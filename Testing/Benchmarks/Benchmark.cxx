@@ -451,8 +451,9 @@ int runPeriodicTable(const std::vector<Method>& methods, Backend backend, int ru
   return 0;
 }
 
-/// n uniform random float points in [0, scene)^3, drawn on all cores.
-std::vector<float> uniformCloud(std::int64_t n, double scene, std::uint64_t seed)
+/// n uniform random float points in [0, scene)^3, drawn on all cores (a billion take seconds):
+/// thread t draws its share with the seed seed + seedStride * t.
+std::vector<float> uniformCloud(std::int64_t n, double scene, std::uint64_t seed, std::uint64_t seedStride = 7919)
 {
   std::vector<float> xyz(3 * std::size_t(n));
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -460,7 +461,7 @@ std::vector<float> uniformCloud(std::int64_t n, double scene, std::uint64_t seed
   for (int t = 0; t < threads; ++t)
   {
     pool.emplace_back([&, t] {
-      std::mt19937_64 rng(seed + 7919 * t);
+      std::mt19937_64 rng(seed + seedStride * t);
       std::uniform_real_distribution<float> u(0.0f, static_cast<float>(scene));
       for (std::int64_t k = 3 * n * t / threads; k < 3 * n * (t + 1) / threads; ++k)
       {
@@ -846,31 +847,11 @@ int main(int argc, char** argv)
     {
       unsetenv("NEIGHBORGRID_BASELINE_CELL_SIZE");
     }
-    // Uniform random, unsorted points, drawn on all cores (a billion take seconds).
-    std::vector<float> xyz(3 * std::size_t(s.n));
+    // Uniform random, unsorted points.
+    std::vector<float> xyz = uniformCloud(s.n, s.scene, 12345 + s.n * 31, 1);
+    if (s.outlier)
     {
-      const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      std::vector<std::thread> pool;
-      const std::int64_t values = 3 * s.n;
-      for (int t = 0; t < threads; ++t)
-      {
-        pool.emplace_back([&, t] {
-          std::mt19937_64 rng(12345 + s.n * 31 + t);
-          std::uniform_real_distribution<float> u(0.0f, static_cast<float>(s.scene));
-          for (std::int64_t k = values * t / threads; k < values * (t + 1) / threads; ++k)
-          {
-            xyz[k] = u(rng);
-          }
-        });
-      }
-      for (auto& thread : pool)
-      {
-        thread.join();
-      }
-      if (s.outlier)
-      {
-        xyz[3 * (s.n - 1)] = xyz[3 * (s.n - 1) + 1] = xyz[3 * (s.n - 1) + 2] = 1e6f;
-      }
+      xyz[3 * (s.n - 1)] = xyz[3 * (s.n - 1) + 1] = xyz[3 * (s.n - 1) + 2] = 1e6f;
     }
     std::vector<float> density(s.n);
     std::vector<std::int32_t> counts(s.n);
