@@ -5,6 +5,7 @@
 #include "KernelFunctions.h"
 #include "NeighborGrid/NeighborGrid.h"
 #include "PairTest.h"
+#include "RadiusOperations.h"
 
 #include <algorithm>
 #include <cmath>
@@ -44,10 +45,11 @@ inline double cellSizeFor(double radius, int reach)
   return radius / reach * (1.0 + std::ldexp(1.0, -32));
 }
 
-/// Whether an operation reads masses: Density, and smoothing with SPH normalization (m_j / rho_j).
+/// Whether an operation reads masses: Density, Gradient, and smoothing with SPH normalization
+/// (m_j / rho_j).
 inline bool operationUsesMass(Operation operation, Normalization normalization)
 {
-  return operation == Operation::Density ||
+  return operation == Operation::Density || operation == Operation::Gradient ||
     (operation == Operation::Smoothing && normalization == Normalization::SPH);
 }
 
@@ -110,6 +112,8 @@ struct Problem
   const ProgressReporter* progress = nullptr;
   // SPH smoothing: `mass` holds m_j / rho_j already (periodic boxes, Periodic.h), so no density pass.
   bool sphWeightsGiven = false;
+  // A search of the radius layer (Radii.h) instead of `operation`; null otherwise.
+  const RadiusPass* radiusPass = nullptr;
 
   /// Entries per output array: one per query.
   std::int64_t resultCount() const { return queries.separate ? queries.count : count; }

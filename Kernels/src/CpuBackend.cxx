@@ -20,6 +20,7 @@
 #include <limits>
 #include <sstream>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 namespace neighborgrid
@@ -122,7 +123,14 @@ public:
     addStage(report, "sort", timer.milliseconds());
     progress(nextProgress(), "sort");
 
-    runOperation(*this, problem);
+    if (problem.radiusPass)
+    {
+      runRadiusPass();
+    }
+    else
+    {
+      runOperation(*this, problem);
+    }
 
     report.backend = Backend::CPU;
     report.device = "CPU (" + std::to_string(threads_) + " threads)";
@@ -207,16 +215,117 @@ public:
   template <class Op>
   void searchQueries(const Op& op, const char* stage)
   {
+    const Particle* particles = ordered_.data();
+    const PairTest test = pairTest_;
+    forEachQuery(stage, [&](std::int64_t q, const double x[3], std::int64_t& decidedHere) {
+      RegisterSums<Op> acc;
+      forEachCandidate(x, [&](std::int64_t j, float r2, double exactSquared, const float*) {
+        if (exactSquared >= 0.0) // Brute Force: decided in double
+        {
+          if (exactSquared <= test.radiusSquared)
+          {
+            acc.add(op, static_cast<int>(j), particles[j], r2);
+          }
+          return;
+        }
+        const int verdict = test.classify(r2);
+        if (verdict == 0)
+        {
+          return;
+        }
+        if (verdict < 0)
+        {
+          ++decidedHere;
+          if (!test.exactQuery(x, orderToInput_[j], r2))
+          {
+            return;
+          }
+        }
+        acc.add(op, static_cast<int>(j), particles[j], r2);
+      });
+      acc.finish(op, static_cast<int>(q), static_cast<int>(q));
+    });
+  }
+
+  /// A search of the radius layer (Problem::radiusPass): every query against the particles,
+  /// each pair decided by its own radius (RadiusOperations.h).
+  void runRadiusPass()
+  {
+    const RadiusPass& pass = *problem_->radiusPass;
+    const std::int64_t n = problem_->count;
+    setWeights(WeightMode::Mass);
+    const float* orderedRadii = nullptr;
+    if (pass.sourceRadii)
+    {
+      orderedRadii_.resize(static_cast<std::size_t>(n));
+      parallelSlices(threads_, n, [&](int, std::int64_t begin, std::int64_t end) {
+        for (std::int64_t s = begin; s < end; ++s)
+        {
+          orderedRadii_[s] = pass.sourceRadii[inputIndex(s)];
+        }
+      });
+      orderedRadii = orderedRadii_.data();
+    }
+    const float* orderedValues = nullptr;
+    if (pass.sum == RadiusSum::Smoothing || pass.sum == RadiusSum::Gradient)
+    {
+      const int c = pass.components;
+      gathered_.resize(static_cast<std::size_t>(n) * c);
+      parallelSlices(threads_, n, [&](int, std::int64_t begin, std::int64_t end) {
+        for (std::int64_t s = begin; s < end; ++s)
+        {
+          std::copy(pass.sourceValues + inputIndex(s) * c, pass.sourceValues + (inputIndex(s) + 1) * c,
+            gathered_.data() + s * c);
+        }
+      });
+      orderedValues = gathered_.data();
+    }
+    const InputPoints input{ problem_->input.xyz, problem_->input.type == ScalarType::Float64 };
+    withRadiusOperation(pass, problem_->kernelType, problem_->dimension, [&](auto op) {
+      using Op = decltype(op);
+      setRadiusFrame(op.rule, pairTest_, cellSize_, input, orderToInput_.empty() ? nullptr : orderToInput_.data());
+      op.rule.queryRadii = pass.queryRadii;
+      op.rule.sourceRadii = orderedRadii;
+      op.values = orderedValues;
+      op.queryValues = pass.queryValues;
+      if constexpr (std::is_integral<typename Op::Value>::value)
+      {
+        op.output = pass.counts;
+      }
+      else
+      {
+        op.output = pass.sums;
+      }
+      const Particle* particles = ordered_.data();
+      forEachQuery("search", [&](std::int64_t q, const double x[3], std::int64_t& decidedHere) {
+        const typename Op::Query state = op.query(q);
+        RegisterSums<Op> acc;
+        unsigned decided = 0;
+        forEachCandidate(x, [&](std::int64_t j, float r2, double, const float* d) {
+          if (op.rule.takes(state.radius, x, static_cast<int>(j), r2, decided))
+          {
+            typename Op::Value t[Op::Terms];
+            op.pair(t, state, static_cast<int>(j), particles[j], r2, d);
+            acc.addTerms(t);
+          }
+        });
+        decidedHere += decided;
+        acc.finish(op, static_cast<int>(q), static_cast<int>(q));
+      });
+    });
+  }
+
+private:
+  /// visit(q, x, decidedHere) for every query, in parallel, with progress.
+  template <class Visit>
+  void forEachQuery(const char* stage, Visit visit)
+  {
     Timer timer;
     const double from = nextProgress();
     const double to = from + 1.0 / progressSteps_;
     std::atomic<std::int64_t> decided{ 0 };
     const QuerySet& queries = problem_->queries;
-    const Particle* particles = ordered_.data();
-    const PairTest test = pairTest_;
-    const double inverse = 1.0 / cellSize_;
-    const bool brute = method_ == Method::BruteForce;
-    const std::int64_t grain = brute ? 16 : 1024;
+    const std::int64_t grain = method_ == Method::BruteForce ? 16 : 1024;
     parallelFor(threads_, queries.count, grain, problem_->progress, from, to, stage,
       [&](std::int64_t begin, std::int64_t end) {
         std::int64_t decidedHere = 0;
@@ -224,67 +333,7 @@ public:
         {
           double x[3];
           queries.get(q, x);
-          RegisterSums<Op> acc;
-          if (brute)
-          {
-            const double* p = inputDouble_.data();
-            for (std::int64_t j = 0; j < problem_->count; ++j)
-            {
-              const double r2 = exactSquaredDistance(x[0], x[1], x[2], p[3 * j], p[3 * j + 1], p[3 * j + 2]);
-              if (r2 <= test.radiusSquared)
-              {
-                acc.add(op, static_cast<int>(j), particles[j], static_cast<float>(r2 * test.frameScale));
-              }
-            }
-            acc.finish(op, static_cast<int>(q), static_cast<int>(q));
-            continue;
-          }
-          double c[3];
-          float f[3];
-          for (int a = 0; a < 3; ++a)
-          {
-            c[a] = cellCoordinate(x[a], cellSize_);
-            f[a] = frameCoordinate(x[a], c[a], cellSize_, inverse);
-          }
-          for (int dz = -1; dz <= 1; ++dz)
-          {
-            for (int dy = -1; dy <= 1; ++dy)
-            {
-              for (int dx = -1; dx <= 1; ++dx)
-              {
-                double neighbor[3];
-                if (!offsetCell(c, dx, dy, dz, neighbor))
-                {
-                  continue;
-                }
-                const int cell = lookup_.find(layout_, neighbor);
-                if (cell < 0)
-                {
-                  continue;
-                }
-                const Particle pq{ f[0] - float(dx), f[1] - float(dy), f[2] - float(dz), 0.0f };
-                for (std::int64_t j = cellStart_[cell]; j < cellStart_[cell + 1]; ++j)
-                {
-                  float r2 = squaredDistance(pq, particles[j]);
-                  const int verdict = test.classify(r2);
-                  if (verdict == 0)
-                  {
-                    continue;
-                  }
-                  if (verdict < 0)
-                  {
-                    ++decidedHere;
-                    if (!test.exactQuery(x, orderToInput_[j], r2))
-                    {
-                      continue;
-                    }
-                  }
-                  acc.add(op, static_cast<int>(j), particles[j], r2);
-                }
-              }
-            }
-          }
-          acc.finish(op, static_cast<int>(q), static_cast<int>(q));
+          visit(q, x, decidedHere);
         }
         decided += decidedHere;
       });
@@ -292,7 +341,62 @@ public:
     addStage(*report_, stage, timer.milliseconds());
   }
 
-private:
+  /// visit(j, r2, exactSquared, d) for every particle j in the 27 cells of size R around x (every
+  /// particle, Brute Force): r2 the float squared distance in frame units, exactSquared the double
+  /// one in input units where known (Brute Force) or -1, d = x - x_j in input units.
+  template <class Visit>
+  void forEachCandidate(const double x[3], Visit visit) const
+  {
+    const Particle* particles = ordered_.data();
+    if (method_ == Method::BruteForce)
+    {
+      const double frameScale = 1.0 / (cellSize_ * cellSize_);
+      const double* p = inputDouble_.data();
+      for (std::int64_t j = 0; j < problem_->count; ++j)
+      {
+        const double r2 = exactSquaredDistance(x[0], x[1], x[2], p[3 * j], p[3 * j + 1], p[3 * j + 2]);
+        const float d[3] = { float(x[0] - p[3 * j]), float(x[1] - p[3 * j + 1]), float(x[2] - p[3 * j + 2]) };
+        visit(j, static_cast<float>(r2 * frameScale), r2, d);
+      }
+      return;
+    }
+    const double inverse = 1.0 / cellSize_;
+    const float size = static_cast<float>(cellSize_);
+    double c[3];
+    float f[3];
+    for (int a = 0; a < 3; ++a)
+    {
+      c[a] = cellCoordinate(x[a], cellSize_);
+      f[a] = frameCoordinate(x[a], c[a], cellSize_, inverse);
+    }
+    for (int dz = -1; dz <= 1; ++dz)
+    {
+      for (int dy = -1; dy <= 1; ++dy)
+      {
+        for (int dx = -1; dx <= 1; ++dx)
+        {
+          double neighbor[3];
+          if (!offsetCell(c, dx, dy, dz, neighbor))
+          {
+            continue;
+          }
+          const int cell = lookup_.find(layout_, neighbor);
+          if (cell < 0)
+          {
+            continue;
+          }
+          const Particle pq{ f[0] - float(dx), f[1] - float(dy), f[2] - float(dz), 0.0f };
+          for (std::int64_t j = cellStart_[cell]; j < cellStart_[cell + 1]; ++j)
+          {
+            const Particle& pj = particles[j];
+            const float d[3] = { (pq.x - pj.x) * size, (pq.y - pj.y) * size, (pq.z - pj.z) * size };
+            visit(j, squaredDistance(pq, pj), -1.0, d);
+          }
+        }
+      }
+    }
+  }
+
   double nextProgress() { return double(progressStep_++) / progressSteps_; }
 
   float massAt(std::int64_t i) const { return problem_->mass ? problem_->mass[i] : problem_->constantMass; }
@@ -574,6 +678,7 @@ private:
   std::vector<std::int32_t> orderToInput_;
   std::vector<float> orderedDensity_;
   std::vector<float> gathered_;
+  std::vector<float> orderedRadii_;
 };
 
 } // namespace

@@ -2,6 +2,7 @@
 // picks the backend and method, and hands the problem to the backend.
 #include "Backend.h"
 #include "Periodic.h"
+#include "Radii.h"
 #include "Parallel.h"
 #include "Slabs.h"
 #include "Timer.h"
@@ -62,6 +63,8 @@ const char* toString(Operation o)
       return "Density";
     case Operation::Smoothing:
       return "Kernel Smoothing";
+    case Operation::Gradient:
+      return "Gradient";
   }
   return "?";
 }
@@ -102,6 +105,27 @@ double kernelValue(Kernel kernel, int dimension, double radius, double distance)
   const double h = radius / detail::cutoffFactor(kernel);
   const double hToD = dimension == 2 ? h * h : h * h * h;
   return detail::kernelSigma(kernel, dimension) / hToD * detail::kernelShape<double>(kernel, distance / h);
+}
+
+double kernelDerivative(Kernel kernel, int dimension, double radius, double distance)
+{
+  const double h = radius / detail::cutoffFactor(kernel);
+  const double hToD = dimension == 2 ? h * h : h * h * h;
+  return detail::kernelSigma(kernel, dimension) / (hToD * h) * detail::kernelShapeDerivative<double>(kernel, distance / h);
+}
+
+const char* toString(SmoothingLengthMode m)
+{
+  switch (m)
+  {
+    case SmoothingLengthMode::Gather:
+      return "Gather";
+    case SmoothingLengthMode::Scatter:
+      return "Scatter";
+    case SmoothingLengthMode::Symmetric:
+      return "Symmetric";
+  }
+  return "?";
 }
 
 namespace
@@ -181,21 +205,38 @@ void validate(const Request& r)
     fail("Request::valid is for queries with a separate source; every point of a single set has itself as "
          "a source");
   }
-  if (!(std::isfinite(r.radius) && r.radius > 0.0))
+  if (r.radii)
+  {
+    if (!validEnum(r.smoothingLengthMode, SmoothingLengthMode::Symmetric))
+    {
+      fail("an enumeration in the request has an invalid value");
+    }
+    if (separate && r.smoothingLengthMode != SmoothingLengthMode::Scatter)
+    {
+      fail(std::string("with a separate source or a query grid, per-particle radii take the Scatter smoothing length "
+                       "mode (a pair within R_j, W(r, h_j)): a query has no radius of its own for ") +
+        toString(r.smoothingLengthMode));
+    }
+    if (detail::isPeriodic(r))
+    {
+      fail("per-particle radii (Request::radii) do not apply to periodic boxes yet");
+    }
+  }
+  else if (!(std::isfinite(r.radius) && r.radius > 0.0))
   {
     std::ostringstream s;
     s << "the radius must be a finite number > 0 (got " << r.radius << ")";
     fail(s.str());
   }
   // R * R and every squared distance that matters then stay normal doubles.
-  if (!(r.radius >= 1e-150 && r.radius <= 1e150))
+  if (!r.radii && !(r.radius >= 1e-150 && r.radius <= 1e150))
   {
     std::ostringstream s;
     s << "the radius must lie between 1e-150 and 1e150 (got " << r.radius
       << "); scale the coordinates and the radius together";
     fail(s.str());
   }
-  if (!validEnum(r.operation, Operation::Smoothing) || !validEnum(r.kernel, Kernel::WendlandC2) ||
+  if (!validEnum(r.operation, Operation::Gradient) || !validEnum(r.kernel, Kernel::WendlandC2) ||
     !validEnum(r.normalization, Normalization::SPH) || !validEnum(r.backend, Backend::CPU) ||
     !validEnum(r.method, Method::StagedTiles) ||
     !validEnum(r.points.type, ScalarType::Float64) || !validEnum(r.source.type, ScalarType::Float64))
@@ -206,9 +247,20 @@ void validate(const Request& r)
   {
     fail("the kernel dimension must be 2 or 3 (got " + std::to_string(r.dimension) + ")");
   }
-  if (r.particleVolumes && !(r.operation == Operation::Smoothing && r.normalization == Normalization::SPH))
+  if (r.particleVolumes && !(r.operation == Operation::Gradient ||
+                              (r.operation == Operation::Smoothing && r.normalization == Normalization::SPH)))
   {
-    fail("particle volumes (Request::particleVolumes) apply to Kernel Smoothing with SPH normalization only");
+    fail("particle volumes (Request::particleVolumes) apply to Gradient and to Kernel Smoothing with SPH "
+         "normalization only");
+  }
+  if (r.operation == Operation::Gradient && separate)
+  {
+    fail("Gradient is computed at the particles (grad f_i takes f_i), not at a separate source's queries or a "
+         "query grid");
+  }
+  if (r.operation == Operation::Gradient && detail::isPeriodic(r))
+  {
+    fail("Gradient does not apply to periodic boxes yet");
   }
   if (r.particleVolumes && r.density)
   {
@@ -234,16 +286,18 @@ void validate(const Request& r)
       }
       break;
     case Operation::Smoothing:
+    case Operation::Gradient:
       if (r.smoothed.empty())
       {
-        fail("Kernel Smoothing needs at least one array to smooth");
+        fail(std::string(toString(r.operation)) + " needs at least one array (Request::smoothed)");
       }
       for (const auto& a : r.smoothed)
       {
         const std::string name = a.name.empty() ? std::string("(unnamed)") : "'" + a.name + "'";
         if (!a.values || !a.output)
         {
-          fail("smoothed array " + name + " needs both values and an output buffer");
+          fail(std::string(r.operation == Operation::Gradient ? "array " : "smoothed array ") + name +
+            " needs both values and an output buffer");
         }
         if (a.components < 1)
         {
@@ -376,7 +430,10 @@ struct Engine::Impl
   /// The backend's problem for a validated request (bounds not yet found).
   static detail::Problem makeProblem(const Request& request, const detail::ProgressReporter& progress);
   /// A validated open-box request in one run of the backend (at most 2^31 - 2 points and queries).
-  Report runOnce(const Request& request);
+  /// radiusPass: a search of the radius layer (Radii.h) instead of the request's operation.
+  Report runOnce(const Request& request, const detail::RadiusPass* radiusPass = nullptr);
+  /// Throws for a non-finite mass, particle volume or query point, naming the caller's point.
+  void checkInputs(const Request& request) const;
   /// A validated open-box request: one run, or slabs where it does not fit (Slabs.h).
   Report runOpen(const Request& request);
 };
@@ -539,7 +596,7 @@ detail::Problem Engine::Impl::makeProblem(const Request& request, const detail::
   return problem;
 }
 
-Report Engine::Impl::runOnce(const Request& request)
+Report Engine::Impl::runOnce(const Request& request, const detail::RadiusPass* radiusPass)
 {
   Report report;
   Backend backend;
@@ -547,6 +604,7 @@ Report Engine::Impl::runOnce(const Request& request)
   const detail::ProgressReporter progress(request.progress);
   progress(0.0, "prepare");
   detail::Problem problem = makeProblem(request, progress);
+  problem.radiusPass = radiusPass;
   report.neighborPairs = -1;
   try
   {
@@ -578,7 +636,7 @@ Report Engine::Impl::runOnce(const Request& request)
   return report;
 }
 
-Report Engine::Impl::runOpen(const Request& request)
+void Engine::Impl::checkInputs(const Request& request) const
 {
   // Checks on the whole request, so that messages name the caller's point.
   const bool separate = hasSeparateSource(request);
@@ -609,6 +667,11 @@ Report Engine::Impl::runOpen(const Request& request)
       throw Error(message);
     }
   }
+}
+
+Report Engine::Impl::runOpen(const Request& request)
+{
+  checkInputs(request);
 
   detail::SlabBackend slabBackend;
   slabBackend.threads = threads;
@@ -641,14 +704,21 @@ Report Engine::run(const Request& given)
   {
     request.neighborCount = nullptr;
   }
-  if (!(request.operation == Operation::Density ||
+  if (!(request.operation == Operation::Density || request.operation == Operation::Gradient ||
         (request.operation == Operation::Smoothing && request.normalization == Normalization::SPH)))
   {
     request.density = nullptr;
   }
-  if (request.operation != Operation::Smoothing)
+  if (request.operation != Operation::Smoothing && request.operation != Operation::Gradient)
   {
     request.smoothed.clear();
+  }
+  if (detail::usesRadiusLayer(request))
+  {
+    impl_->checkInputs(request);
+    return detail::runWithRadii(request, impl_->threads, [this](const Request& search, const detail::RadiusPass& pass) {
+      return impl_->runOnce(search, &pass);
+    });
   }
   if (detail::isPeriodic(request))
   {

@@ -96,6 +96,42 @@ NG_HD T kernelShape(Kernel type, T q)
   }
 }
 
+/// dw/dq of kernelShape; zero at and beyond the cutoff factor (and at q = 0 for every kernel).
+template <typename T>
+NG_HD T kernelShapeDerivative(Kernel type, T q)
+{
+  switch (type)
+  {
+    case Kernel::CubicSpline:
+    {
+      const T a = positivePart(T(2) - q), b = positivePart(T(1) - q);
+      return T(-0.75) * a * a + T(3) * b * b;
+    }
+    case Kernel::QuarticSpline:
+    {
+      const T a = positivePart(T(2.5) - q), b = positivePart(T(1.5) - q),
+              c = positivePart(T(0.5) - q);
+      return T(-4) * a * a * a + T(20) * b * b * b - T(40) * c * c * c;
+    }
+    case Kernel::QuinticSpline:
+    {
+      const T a = positivePart(T(3) - q), b = positivePart(T(2) - q), c = positivePart(T(1) - q);
+      const T a2 = a * a, b2 = b * b, c2 = c * c;
+      return T(-5) * a2 * a2 + T(30) * b2 * b2 - T(75) * c2 * c2;
+    }
+    case Kernel::WendlandC2:
+    default:
+    {
+      if (q >= T(2))
+      {
+        return T(0);
+      }
+      const T a = T(1) - T(0.5) * q;
+      return T(-5) * q * a * a * a;
+    }
+  }
+}
+
 NG_HD float kernelValueFromSquared(const KernelParams& k, float squaredDistance)
 {
 #if defined(__CUDA_ARCH__)

@@ -139,6 +139,8 @@ void runQueryOperation(Executor& ex, const Problem& p)
       });
       break;
     }
+    case Operation::Gradient:
+      break; // the radius layer (Radii.h) runs gradients, as searches of its own
   }
   ex.finishOutputs();
 }
@@ -195,6 +197,8 @@ void runOperation(Executor& ex, const Problem& p)
       forEachSmoothingPass(ex, p, shepard, [&](const auto& op) { ex.search(op, "smoothing"); });
       break;
     }
+    case Operation::Gradient:
+      break; // the radius layer (Radii.h) runs gradients, as searches of its own
   }
   ex.finishOutputs();
 }

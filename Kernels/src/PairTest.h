@@ -87,6 +87,7 @@ struct PairTest
   float reject = 0.0f; // r2f above: not a neighbor; in between (or NaN): decided in double
   InputPoints points;  // where the double decision reads the input coordinates
   double radiusSquared = 0.0;
+  float band = 0.0f; // the half width of the band around rho^2 (RadiusOperations.h)
 
   double frameScale = 1.0; // 1 / s^2: squared distances from input units to frame units
 
@@ -139,6 +140,7 @@ inline PairTest makePairTest(double radius, double cellSize, double frameSpan, I
     test.accept = std::nextafter(static_cast<float>(rho * rho), HUGE_VALF);
     test.reject = test.accept;
   }
+  test.band = std::nextafter(static_cast<float>(band), HUGE_VALF);
   test.points = points;
   test.radiusSquared = radius * radius;
   test.frameScale = 1.0 / (cellSize * cellSize);

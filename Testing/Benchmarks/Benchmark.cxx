@@ -710,6 +710,164 @@ int runRanks(std::int64_t n, int ranks, int runs, std::ofstream& csv)
 
 } // namespace
 
+/// --radii=N: per-particle radii (issue 12). N clustered particles: five Gaussian clusters
+/// (sigma 0.5, 1, 2, 4, 8; 15% of the points each) in a uniform background (25%) of a box of 200.
+/// Each particle's radius holds about 64 neighbors: R = (3 * 64 / (4 pi n(x)))^(1/3) from the
+/// mixture's known number density n(x), a range of over 1000x. Rows: density in each smoothing
+/// length mode, the gradient of a 3-component array (Gather, Symmetric), and the same density and
+/// gradient with one fixed radius (the median radius), Auto, median of `runs`: device-resident
+/// (sort and search) and end to end. Checks every result is finite, densities > 0, and reports the
+/// measured mean and median neighbor counts of each radius rule. CSV: device,table,n,scene,radius,
+/// operation,method,median_ms,end_to_end_ms,levels,searches,mean_neighbors,median_neighbors
+int runRadii(std::int64_t n, int runs, std::ofstream& csv)
+{
+  const double box = 200.0;
+  const double sigma[5] = { 0.5, 1.0, 2.0, 4.0, 8.0 };
+  const double centers[5][3] = { { 40, 50, 60 }, { 150, 40, 100 }, { 100, 150, 50 }, { 60, 120, 150 },
+    { 140, 140, 140 } };
+  const std::size_t count = static_cast<std::size_t>(n);
+  std::vector<float> xyz(3 * count), radii(count), mass(count, 1.0f), field(3 * count);
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+  {
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(4242 + t);
+      std::uniform_real_distribution<double> u(0.0, box);
+      std::normal_distribution<double> g(0.0, 1.0);
+      for (std::int64_t i = n * t / threads; i < n * (t + 1) / threads; ++i)
+      {
+        const int kind = static_cast<int>(i % 20) / 3; // 0-4: a cluster (3 in 20 each), 5-6: background
+        double x[3];
+        for (int a = 0; a < 3; ++a)
+        {
+          x[a] = kind < 5 ? centers[kind][a] + sigma[kind] * g(rng) : u(rng);
+          xyz[3 * i + a] = static_cast<float>(x[a]);
+          field[3 * i + a] = static_cast<float>(std::sin(0.05 * x[a]) + x[(a + 1) % 3] * 0.01);
+        }
+        double density = 0.25 * double(n) / (box * box * box);
+        for (int k = 0; k < 5; ++k)
+        {
+          double r2 = 0;
+          for (int a = 0; a < 3; ++a)
+          {
+            r2 += (x[a] - centers[k][a]) * (x[a] - centers[k][a]);
+          }
+          density += 0.15 * double(n) * std::exp(-0.5 * r2 / (sigma[k] * sigma[k])) /
+            std::pow(2.0 * 3.14159265358979323846 * sigma[k] * sigma[k], 1.5);
+        }
+        radii[i] = static_cast<float>(std::cbrt(3.0 * 64.0 / (4.0 * 3.14159265358979323846 * density)));
+      }
+    });
+  }
+  for (auto& thread : pool)
+  {
+    thread.join();
+  }
+  std::vector<float> sorted(radii);
+  std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.end());
+  const double medianRadius = sorted[n / 2];
+  const auto range = std::minmax_element(radii.begin(), radii.end());
+  std::fprintf(stderr, "radii from %g to %g (%.0fx), median %g\n", *range.first, *range.second,
+    *range.second / *range.first, medianRadius);
+  const std::string header =
+    "device,table,n,scene,radius,operation,method,median_ms,end_to_end_ms,levels,searches,mean_neighbors,median_neighbors\n";
+  std::printf("%s", header.c_str());
+  if (csv)
+  {
+    csv << header;
+  }
+  Engine engine;
+  struct Row
+  {
+    const char* radius;
+    SmoothingLengthMode mode;
+    Operation operation;
+  };
+  const Row rows[] = { { "own", SmoothingLengthMode::Gather, Operation::Density },
+    { "own", SmoothingLengthMode::Scatter, Operation::Density },
+    { "own", SmoothingLengthMode::Symmetric, Operation::Density },
+    { "own", SmoothingLengthMode::Gather, Operation::Gradient },
+    { "own", SmoothingLengthMode::Symmetric, Operation::Gradient },
+    { "fixed", SmoothingLengthMode::Gather, Operation::Density },
+    { "fixed", SmoothingLengthMode::Gather, Operation::Gradient } };
+  std::vector<float> density(count), gradient(9 * count);
+  std::vector<std::int32_t> counts(count);
+  for (const Row& row : rows)
+  {
+    const bool own = std::strcmp(row.radius, "own") == 0;
+    Request r;
+    r.points = Points(xyz.data(), n);
+    r.radius = medianRadius;
+    r.radii = own ? radii.data() : nullptr;
+    r.smoothingLengthMode = row.mode;
+    r.mass = mass.data();
+    // Neighbor counts of this radius rule, once (not timed).
+    r.operation = Operation::NeighborCount;
+    r.neighborCount = counts.data();
+    double meanNeighbors = 0, medianNeighbors = 0;
+    try
+    {
+      engine.run(r);
+      for (std::int32_t c : counts)
+      {
+        meanNeighbors += c;
+      }
+      meanNeighbors /= double(n);
+      std::vector<std::int32_t> c(counts);
+      std::nth_element(c.begin(), c.begin() + n / 2, c.end());
+      medianNeighbors = c[n / 2];
+    }
+    catch (const Error& error)
+    {
+      std::fprintf(stderr, "neighbor count: %s\n", error.what());
+    }
+    r.neighborCount = nullptr;
+    r.operation = row.operation;
+    r.density = density.data();
+    if (row.operation == Operation::Gradient)
+    {
+      r.smoothed = { SmoothedArray{ field.data(), 3, gradient.data(), "field" } };
+    }
+    std::vector<double> resident, wall;
+    Report report;
+    if (!timedRuns(engine, r, runs, resident, wall, report))
+    {
+      continue;
+    }
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+    {
+      bad += !(std::isfinite(density[i]) && density[i] > 0.0f);
+      if (row.operation == Operation::Gradient)
+      {
+        for (int k = 0; k < 9; ++k)
+        {
+          bad += !std::isfinite(gradient[9 * i + k]);
+        }
+      }
+    }
+    std::ostringstream line;
+    line << report.device << ",radii," << n << "," << box << "," << (own ? std::string(toString(row.mode)) : "fixed " + std::to_string(medianRadius))
+         << "," << (row.operation == Operation::Gradient ? "Gradient 3 components" : "Density") << ","
+         << toString(report.method) << "," << median(resident) << "," << median(wall) << "," << report.radiusLevels
+         << "," << report.radiusSearches << "," << meanNeighbors << "," << medianNeighbors << "\n";
+    std::printf("%s", line.str().c_str());
+    if (csv)
+    {
+      csv << line.str();
+    }
+    std::fprintf(stderr, "  %lld implausible values; stages:", static_cast<long long>(bad));
+    for (const auto& stage : report.stages)
+    {
+      std::fprintf(stderr, " %s %.2f ms", stage.stage.c_str(), stage.milliseconds);
+    }
+    std::fprintf(stderr, "\n");
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv)
 {
   std::string table = "issue";
@@ -723,6 +881,7 @@ int main(int argc, char** argv)
   bool periodicTable = false;
   std::int64_t slabPoints = 0, memoryLimit = 0, pointCount = 67108864;
   int ranks = 0;
+  std::int64_t radiiPoints = 0;
   for (int i = 1; i < argc; ++i)
   {
     const std::string a = argv[i];
@@ -780,6 +939,10 @@ int main(int argc, char** argv)
     {
       ranks = std::max(1, std::atoi(a.c_str() + 8));
     }
+    else if (a.rfind("--radii=", 0) == 0)
+    {
+      radiiPoints = std::max<std::int64_t>(1000, std::atoll(a.c_str() + 8));
+    }
     else if (a.rfind("--n=", 0) == 0)
     {
       pointCount = std::max<std::int64_t>(1000, std::atoll(a.c_str() + 4));
@@ -789,7 +952,7 @@ int main(int argc, char** argv)
       std::fprintf(stderr,
         "usage: %s [--table=issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|all|smoke]\n"
         "          [--runs=N] [--csv=FILE] [--volume=N] [--periodic] [--operations=N]\n"
-        "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]]\n"
+        "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]] [--radii=N]\n"
         "          [--methods=counting-sort,radix-sort,fenns,claws,bayraktar,staged-tiles,brute-force,auto] [--cpu] [--roofline]\n",
         argv[0]);
       return 2;
@@ -817,6 +980,10 @@ int main(int argc, char** argv)
   if (slabPoints > 0)
   {
     return runSlabs(slabPoints, memoryLimit, runs, csv);
+  }
+  if (radiiPoints > 0)
+  {
+    return runRadii(radiiPoints, runs, csv);
   }
   if (ranks > 0)
   {

@@ -63,7 +63,9 @@ enum class Operation
 {
   NeighborCount, // int32 per point
   Density,       // rho_i = sum_j m_j W_ij (self included), float per point
-  Smoothing      // kernel smoothing of point arrays, float per component
+  Smoothing,     // kernel smoothing of point arrays, float per component
+  Gradient       // SPH gradient of point arrays: grad f_i = sum_j (m_j / rho_j) (f_j - f_i) grad_i W,
+                 // float, 3 per component (d/dx, d/dy, d/dz of each), the density in the same call
 };
 
 enum class Kernel
@@ -78,6 +80,15 @@ enum class Normalization
 {
   Shepard, // f_i = sum_j W_ij f_j / sum_j W_ij
   SPH      // f_i = sum_j (m_j / rho_j) f_j W_ij (the density is computed in the same call)
+};
+
+/// With per-particle radii (Request::radii): which radius decides a pair (i, j) and which
+/// smoothing length h = R / cutoff factor its kernel takes.
+enum class SmoothingLengthMode
+{
+  Gather,   // j is a neighbor of i when |x_i - x_j| <= R_i; W(r, h_i)
+  Scatter,  // when |x_i - x_j| <= R_j; W(r, h_j)
+  Symmetric // when |x_i - x_j| <= max(R_i, R_j); (W(r, h_i) + W(r, h_j)) / 2
 };
 
 enum class ScalarType
@@ -140,7 +151,14 @@ struct Request
   // Optional, with `source` and instead of `points`: queries on a regular grid.
   QueryGrid queryGrid;
 
-  double radius = 0.0; // support radius R, in [1e-150, 1e150]
+  double radius = 0.0; // support radius R, in [1e-150, 1e150]; not read when `radii` is set
+  // Optional: a support radius per particle (per source point), each finite and in
+  // [1e-150, 1e150]; replaces `radius`. Pairs and kernels follow smoothingLengthMode. With
+  // separate queries only Scatter applies (a query has no radius of its own). Radii that differ
+  // by any factor keep the search linear: particles are binned into levels of radii within a
+  // factor of 2, and each level is searched on a grid of its own largest radius.
+  const float* radii = nullptr;
+  SmoothingLengthMode smoothingLengthMode = SmoothingLengthMode::Gather;
   Operation operation = Operation::Density;
 
   Kernel kernel = Kernel::CubicSpline;
@@ -148,7 +166,9 @@ struct Request
   const float* mass = nullptr;   // per-point mass (per source point), or null for constantMass
   double constantMass = 1.0;
 
-  std::vector<SmoothedArray> smoothed; // Operation::Smoothing: any number of arrays (per source point)
+  // Smoothing and Gradient: any number of arrays (per source point). For Gradient each output
+  // holds 3 x components floats per point: d/dx, d/dy, d/dz of component 0, then of component 1...
+  std::vector<SmoothedArray> smoothed;
   Normalization normalization = Normalization::Shepard;
   // SPH smoothing only, optional: the particle volumes V_j = m_j / rho_j, one per source point,
   // for a caller that has rho_j already (a distributed run, where the density of a halo point
@@ -161,7 +181,7 @@ struct Request
 
   // Outputs, caller-owned, one entry per query (count x components for smoothing).
   std::int32_t* neighborCount = nullptr; // required for NeighborCount
-  float* density = nullptr; // required for Density; optional for Smoothing with SPH normalization
+  float* density = nullptr; // required for Density; optional for Gradient and SPH smoothing
   // With a source only, optional: 1 where at least one source point lies within R, else 0. There
   // the count and density are 0 and every smoothed component is nullValue (so it is too where
   // the Shepard weights sum to 0: every neighbor exactly at the kernel's cutoff).
@@ -208,6 +228,10 @@ struct Report
   // (Engine::setMemoryLimit); then the points run in more than one slab (halos), summed.
   std::int64_t slabs = 1;
   std::int64_t slabHaloPoints = 0;
+  // Per-particle radii (Request::radii): the levels their radii fell into, and the searches run
+  // (a level's particles as queries or as sources, per pass of the operation). 0 without radii.
+  int radiusLevels = 0;
+  int radiusSearches = 0;
 };
 
 /// Every failure: bad input, an unavailable backend, a failed CUDA call. what() says what and why.
@@ -269,6 +293,7 @@ NEIGHBORGRID_API const char* toString(Method);
 NEIGHBORGRID_API const char* toString(Operation);
 NEIGHBORGRID_API const char* toString(Kernel);
 NEIGHBORGRID_API const char* toString(Normalization);
+NEIGHBORGRID_API const char* toString(SmoothingLengthMode);
 
 /// The neighbor test every backend and method applies: (dx*dx + dy*dy) + dz*dz <= radius*radius
 /// in double, d = a - b, each operation rounded on its own. For references and tests.
@@ -277,5 +302,7 @@ NEIGHBORGRID_API bool withinRadius(const double a[3], const double b[3], double 
 /// The kernel's cutoff factor (R / h) and value W(r, h) in double, for references and tests.
 NEIGHBORGRID_API double kernelCutoffFactor(Kernel kernel);
 NEIGHBORGRID_API double kernelValue(Kernel kernel, int dimension, double radius, double distance);
+/// dW/dr at `distance` for support radius `radius`, in double (grad_i W = dW/dr (x_i - x_j) / r).
+NEIGHBORGRID_API double kernelDerivative(Kernel kernel, int dimension, double radius, double distance);
 
 } // namespace neighborgrid

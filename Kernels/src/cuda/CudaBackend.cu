@@ -279,7 +279,8 @@ public:
   CudaBackend(std::int64_t memoryLimit, int device)
     : memoryLimit_(memoryLimit), deviceRaw_(inputPool_), boundsPartial_(pool_), firstBad_(pool_), mass_(pool_),
       values_(pool_), smoothed_(pool_), density_(pool_), count_(pool_), orderedDensity_(pool_), gathered_(pool_),
-      decided_(pool_), valid_(pool_), queryRaw_(pool_)
+      decided_(pool_), valid_(pool_), queryRaw_(pool_), sourceRadii_(pool_), orderedRadii_(pool_),
+      queryRadii_(pool_), queryValues_(pool_), radiusSums_(pool_)
   {
     if (device >= 0)
     {
@@ -411,7 +412,14 @@ public:
     stage("sort", uploaded, mark());
     progress(0.2, "sort");
 
-    runOperation(*this, problem);
+    if (problem.radiusPass)
+    {
+      runRadiusPass();
+    }
+    else
+    {
+      runOperation(*this, problem);
+    }
 
     report.device = device_.name;
     report.extraDeviceBytes = method_->heldBytes();
@@ -468,8 +476,7 @@ public:
     (*problem_->progress)(0.9, stageName);
   }
 
-  template <class Op>
-  void searchQueries(const Op& op, const char* stageName)
+  DeviceQueries deviceQueries()
   {
     const QuerySet& set = problem_->queries;
     DeviceQueries queries;
@@ -489,12 +496,96 @@ public:
     {
       queries.points = InputPoints{ queryRaw_.get(), set.points.type == ScalarType::Float64 };
     }
+    return queries;
+  }
+
+  template <class Op>
+  void searchQueries(const Op& op, const char* stageName)
+  {
+    const DeviceQueries queries = deviceQueries();
     cudaEvent_t begin = mark();
     launchQueries(run_, queries, method_->querySource(), op);
     NG_CUDA_CHECK_LAUNCH(stageName);
     stage(stageName, begin, mark());
     NG_CUDA_CHECK(cudaStreamSynchronize(stream_), stageName);
     (*problem_->progress)(0.9, stageName);
+  }
+
+  /// A search of the radius layer (Problem::radiusPass, RadiusOperations.h) on the method's
+  /// cells: radii and values go to the method's order, then one thread per query.
+  void runRadiusPass()
+  {
+    const Problem& p = *problem_;
+    const RadiusPass& pass = *p.radiusPass;
+    const std::size_t n = static_cast<std::size_t>(p.count);
+    const std::size_t m = static_cast<std::size_t>(p.queries.count);
+    const std::size_t c = static_cast<std::size_t>(pass.components);
+    const bool sumsValues = pass.sum == RadiusSum::Smoothing || pass.sum == RadiusSum::Gradient;
+    cudaEvent_t begin = mark();
+    setWeights(WeightMode::Mass);
+    const QuerySource source = method_->querySource();
+    const float* orderedRadii = nullptr;
+    if (pass.sourceRadii)
+    {
+      float* raw = sourceRadii_.ensure(n, "radii");
+      transfers_.upload(raw, pass.sourceRadii, n * sizeof(float), stream_, "uploading radii");
+      float* ordered = orderedRadii_.ensure(n, "radii (method order)");
+      gatherKernel<<<blocksFor(p.count), 256, 0, stream_>>>(raw, 1, 0, 1, int(n), source.orderToInput, ordered);
+      NG_CUDA_CHECK_LAUNCH("gathering radii");
+      orderedRadii = ordered;
+    }
+    const float* orderedValues = nullptr;
+    if (sumsValues)
+    {
+      float* raw = values_.ensure(n * c, "values");
+      transfers_.upload(raw, pass.sourceValues, n * c * sizeof(float), stream_, "uploading values");
+      float* ordered = gathered_.ensure(n * c, "values (method order)");
+      gatherKernel<<<blocksFor(p.count), 256, 0, stream_>>>(raw, int(c), 0, int(c), int(n), source.orderToInput, ordered);
+      NG_CUDA_CHECK_LAUNCH("gathering values");
+      orderedValues = ordered;
+    }
+    float* queryRadii = nullptr;
+    if (pass.queryRadii)
+    {
+      queryRadii = queryRadii_.ensure(m, "query radii");
+      transfers_.upload(queryRadii, pass.queryRadii, m * sizeof(float), stream_, "uploading query radii");
+    }
+    float* queryValues = nullptr;
+    if (pass.sum == RadiusSum::Gradient)
+    {
+      queryValues = queryValues_.ensure(m * c, "query values");
+      transfers_.upload(queryValues, pass.queryValues, m * c * sizeof(float), stream_, "uploading query values");
+    }
+    const std::size_t terms = static_cast<std::size_t>(pass.terms());
+    void* output = pass.sum == RadiusSum::Count ? static_cast<void*>(count_.ensure(m, "neighbor counts"))
+                                                : static_cast<void*>(radiusSums_.ensure(m * terms, "sums"));
+    cudaEvent_t searched = mark();
+    stage("upload", begin, searched);
+    withRadiusOperation(pass, p.kernelType, p.dimension, [&](auto op) {
+      op.rule.queryRadii = queryRadii;
+      op.rule.sourceRadii = orderedRadii;
+      op.values = orderedValues;
+      op.queryValues = queryValues;
+      op.output = static_cast<typename decltype(op)::Value*>(output);
+      launchRadiusQueries(run_, deviceQueries(), source, op);
+    });
+    NG_CUDA_CHECK_LAUNCH("search");
+    stage("search", searched, mark());
+    unsigned long long decided = 0;
+    NG_CUDA_CHECK(cudaMemcpyAsync(&decided, run_.decided, sizeof decided, cudaMemcpyDeviceToHost, stream_),
+      "reading the decision counter");
+    Timer timer;
+    if (pass.sum == RadiusSum::Count)
+    {
+      transfers_.download(pass.counts, output, m * sizeof(std::int32_t), stream_, "downloading results");
+    }
+    else
+    {
+      transfers_.download(pass.sums, output, m * terms * sizeof(float), stream_, "downloading results");
+    }
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "waiting for the results");
+    addStage(*report_, "download", timer.milliseconds());
+    report_->pairsDecidedInDouble = static_cast<std::int64_t>(decided);
   }
 
   void finishOutputs()
@@ -752,6 +843,14 @@ private:
     {
       parts.push_back({ "density in method order", 4 * n });
     }
+    if (const RadiusPass* pass = p.radiusPass)
+    {
+      const bool sumsValues = pass->sum == RadiusSum::Smoothing || pass->sum == RadiusSum::Gradient;
+      const std::int64_t c = sumsValues ? pass->components : 0;
+      parts.push_back({ "radii, values and sums of the search",
+        4 * (n * ((pass->sourceRadii ? 2 : 0) + 2 * c) + results * ((pass->queryRadii ? 1 : 0) +
+        (pass->sum == RadiusSum::Gradient ? c : 0) + pass->terms())) });
+    }
     parts.push_back({ std::string(toString(method->id())) + "'s cells, particles and scratch", method->plannedBytes(run) });
     return parts;
   }
@@ -899,6 +998,11 @@ private:
   DeviceBuffer<unsigned long long> decided_;
   DeviceBuffer<std::uint8_t> valid_;
   DeviceBuffer<unsigned char> queryRaw_;
+  DeviceBuffer<float> sourceRadii_;
+  DeviceBuffer<float> orderedRadii_;
+  DeviceBuffer<float> queryRadii_;
+  DeviceBuffer<float> queryValues_;
+  DeviceBuffer<float> radiusSums_;
   std::unique_ptr<CudaMethod> methods_[8];
 };
 

@@ -65,11 +65,12 @@ __device__ __forceinline__ bool isQueryNeighbor(const PairTest& test, const doub
   return test.exactQuery(x, input, r2);
 }
 
-/// One query against the cells around its own: (2 reach + 1)^3 cells, less those whose nearest
-/// point lies beyond R (cullLimit: (R / cell size)^2 with a margin for the rounding of the gaps).
-template <class Op>
-__device__ __forceinline__ void gatherQuery(int q, const double x[3], const QuerySource& source,
-  const PairTest& test, float cullLimit, const Op& op, unsigned& decidedHere)
+/// visit(j, pj, shiftedQuery, r2) for every particle j in the cells around the query at x:
+/// (2 reach + 1)^3 cells, less those whose nearest point lies beyond R (cullLimit: (R / cell
+/// size)^2 with a margin for the rounding of the gaps). shiftedQuery is the query in pj's frame,
+/// r2 their float squared distance in frame units.
+template <class Visit>
+__device__ __forceinline__ void forEachCandidate(const double x[3], const QuerySource& source, float cullLimit, Visit visit)
 {
   const CellTable& table = source.table;
   double c[3];
@@ -80,7 +81,6 @@ __device__ __forceinline__ void gatherQuery(int q, const double x[3], const Quer
     f[a] = frameCoordinate(x[a], c[a], table.cellSize, table.inverseCellSize);
   }
   const Particle query{ f[0], f[1], f[2], 0.0f };
-  RegisterSums<Op> acc;
   const int reach = source.reach;
   for (int dz = -reach; dz <= reach; ++dz)
   {
@@ -118,17 +118,74 @@ __device__ __forceinline__ void gatherQuery(int q, const double x[3], const Quer
           for (int j = start[cell]; j < end; ++j)
           {
             const Particle pj = source.particles[j];
-            float r2 = squaredDistance(shiftedQuery, pj);
-            if (isQueryNeighbor(test, x, source, j, r2, decidedHere))
-            {
-              acc.add(op, j, pj, r2);
-            }
+            visit(j, pj, shiftedQuery, squaredDistance(shiftedQuery, pj));
           }
         }
       }
     }
   }
+}
+
+/// One query against the cells around its own (forEachCandidate).
+template <class Op>
+__device__ __forceinline__ void gatherQuery(int q, const double x[3], const QuerySource& source,
+  const PairTest& test, float cullLimit, const Op& op, unsigned& decidedHere)
+{
+  RegisterSums<Op> acc;
+  forEachCandidate(x, source, cullLimit, [&](int j, const Particle& pj, const Particle&, float r2) {
+    if (isQueryNeighbor(test, x, source, j, r2, decidedHere))
+    {
+      acc.add(op, j, pj, r2);
+    }
+  });
   acc.finish(op, q, q);
+}
+
+/// A search of the radius layer (RadiusOperations.h): one thread per query, every pair decided
+/// by its own radius; Brute Force (source.bruteForce) takes every particle, in input order.
+template <class Op>
+__global__ void __launch_bounds__(queryThreads) queryRadiusSums(DeviceQueries queries, QuerySource source,
+  int sourceCount, float cullLimit, Op op, unsigned long long* decided)
+{
+  const int q = blockIdx.x * blockDim.x + threadIdx.x;
+  if (q >= queries.count)
+  {
+    return;
+  }
+  double x[3];
+  queries.get(q, x);
+  const typename Op::Query state = op.query(q);
+  RegisterSums<Op> acc;
+  unsigned decidedHere = 0;
+  auto take = [&](int j, const Particle& pj, float r2, const float d[3]) {
+    if (op.rule.takes(state.radius, x, j, r2, decidedHere))
+    {
+      typename Op::Value t[Op::Terms];
+      op.pair(t, state, j, pj, r2, d);
+      acc.addTerms(t);
+    }
+  };
+  if (source.bruteForce)
+  {
+    for (int j = 0; j < sourceCount; ++j)
+    {
+      double b[3];
+      op.rule.sources.get(j, b[0], b[1], b[2]);
+      const double r2 = exactSquaredDistance(x[0], x[1], x[2], b[0], b[1], b[2]);
+      const float d[3] = { float(x[0] - b[0]), float(x[1] - b[1]), float(x[2] - b[2]) };
+      take(j, source.particles[j], static_cast<float>(r2 * op.rule.frameScale), d);
+    }
+  }
+  else
+  {
+    const float size = op.rule.cellSize;
+    forEachCandidate(x, source, cullLimit, [&](int j, const Particle& pj, const Particle& query, float r2) {
+      const float d[3] = { (query.x - pj.x) * size, (query.y - pj.y) * size, (query.z - pj.z) * size };
+      take(j, pj, r2, d);
+    });
+  }
+  acc.finish(op, q, q);
+  addDecided(decided, decidedHere);
 }
 
 template <class Op>
@@ -493,6 +550,24 @@ void launchQueries(CudaRun& run, const DeviceQueries& queries, const QuerySource
     return;
   }
   queryGather<<<blocks, queryThreads, 0, run.stream>>>(queries, source, test, cullLimit, op, run.decided);
+}
+
+/// A search of the radius layer on the run's stream: `op` complete but for its frame.
+template <class Op>
+void launchRadiusQueries(CudaRun& run, const DeviceQueries& queries, const QuerySource& source, Op op)
+{
+  if (queries.count == 0)
+  {
+    return;
+  }
+  const Problem& p = *run.problem;
+  const double cellSize = source.bruteForce ? cellSizeFor(p.radius, 1) : source.table.cellSize;
+  const PairTest test = makePairTest(p.radius, cellSize, 1.0 + source.reach, run.input);
+  setRadiusFrame(op.rule, test, cellSize, run.input, source.orderToInput);
+  const double rho = p.radius / cellSize;
+  const float cullLimit = static_cast<float>(rho * rho * (1.0 + 1e-4) + 1e-4);
+  queryRadiusSums<<<blocksFor(queries.count, queryThreads), queryThreads, 0, run.stream>>>(
+    queries, source, static_cast<int>(run.count), cullLimit, op, run.decided);
 }
 
 } // namespace detail

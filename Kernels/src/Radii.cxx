@@ -1,0 +1,606 @@
+// Per-particle radii and the gradient: levels, searches and sums (Radii.h).
+#include "Radii.h"
+
+#include "Backend.h"
+#include "Parallel.h"
+#include "Slabs.h"
+#include "Timer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <sstream>
+
+namespace neighborgrid
+{
+namespace detail
+{
+namespace
+{
+
+/// Particles whose radii lie within a factor of 2: (R_min 2^(k-1), R_min 2^k].
+struct Level
+{
+  std::vector<std::int64_t> members; // particle indices, ascending; empty with `all`
+  bool all = false;                  // every particle, in input order (a fixed radius)
+  float bound = 0.0f;                // the largest radius among the members
+  std::vector<double> coordinates;   // the members' coordinates, made on first use
+  std::vector<float> radii;
+  std::int64_t size(std::int64_t n) const { return all ? n : std::int64_t(members.size()); }
+};
+
+/// One search: a level's particles as the queries (Gather, Symmetric's first half) or as the
+/// sources (Scatter, Symmetric's second half).
+struct Search
+{
+  std::size_t level;
+  bool levelIsQueries;
+  bool secondHalf;
+};
+
+class RadiusRun
+{
+public:
+  RadiusRun(const Request& request, int threads, const RadiusSearch& search)
+    : r_(request), threads_(std::max(1, threads)), search_(search), separate_(hasSeparateSource(request)),
+      particles_(separate_ ? request.source : request.points), n_(particles_.count),
+      m_(separate_ ? queryCount(request) : n_)
+  {
+  }
+
+  Report run()
+  {
+    if (n_ > maxPointsPerRun || m_ > maxPointsPerRun)
+    {
+      std::ostringstream s;
+      s << "NeighborGrid: with per-particle radii or a gradient, a request runs in one run of the backend, of at "
+        << "most " << maxPointsPerRun << " points and queries (this one has " << n_ << " and " << m_ << ")";
+      throw Error(s.str());
+    }
+    double lo[3], hi[3];
+    findBoundsOnHost(particles_, threads_, lo, hi); // names the caller's point if one is not finite
+    makeLevels();
+    planSearches();
+    report_.radiusLevels = r_.radii ? static_cast<int>(levels_.size()) : 0;
+    switch (r_.operation)
+    {
+      case Operation::NeighborCount:
+        runCount();
+        break;
+      case Operation::Density:
+        runDensity();
+        break;
+      case Operation::Smoothing:
+      case Operation::Gradient:
+        runArrays();
+        break;
+    }
+    return report_;
+  }
+
+private:
+  // --- levels and searches ---------------------------------------------------------------------
+
+  void makeLevels()
+  {
+    if (!r_.radii)
+    {
+      levels_.resize(1);
+      levels_[0].all = true;
+      levels_[0].bound = static_cast<float>(r_.radius);
+      return;
+    }
+    const float* radii = r_.radii;
+    // Every radius finite and in [1e-150, 1e150] (so > 0), else an error naming the first bad one.
+    const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads_, n_ / 65536)));
+    std::vector<std::int64_t> firstBad(slices, -1);
+    std::vector<float> smallest(slices, HUGE_VALF);
+    parallelSlices(slices, n_, [&](int slice, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i)
+      {
+        const float radius = radii[i];
+        if (!(std::isfinite(radius) && radius >= 1e-150 && radius <= 1e150 && radius > 0.0f))
+        {
+          firstBad[slice] = i;
+          return;
+        }
+        smallest[slice] = std::min(smallest[slice], radius);
+      }
+    });
+    for (std::int64_t i : firstBad)
+    {
+      if (i >= 0)
+      {
+        std::ostringstream s;
+        s << "NeighborGrid: the radius of " << (separate_ ? "source point " : "point ") << i << " is " << radii[i]
+          << "; every radius must be finite and > 0";
+        throw Error(s.str());
+      }
+    }
+    const double smallestRadius = *std::min_element(smallest.begin(), smallest.end());
+    std::vector<std::uint16_t> levelOf(static_cast<std::size_t>(n_));
+    int top = 0;
+    std::vector<int> tops(slices, 0);
+    parallelSlices(slices, n_, [&](int slice, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i)
+      {
+        const double radius = radii[i];
+        int k = radius <= smallestRadius ? 0 : static_cast<int>(std::ceil(std::log2(radius / smallestRadius)));
+        while (k > 0 && radius <= std::ldexp(smallestRadius, k - 1))
+        {
+          --k;
+        }
+        while (radius > std::ldexp(smallestRadius, k))
+        {
+          ++k;
+        }
+        levelOf[i] = static_cast<std::uint16_t>(k); // k < 400: float radii span less than 2^300
+        tops[slice] = std::max(tops[slice], k);
+      }
+    });
+    top = *std::max_element(tops.begin(), tops.end());
+    std::vector<Level> all(static_cast<std::size_t>(top) + 1);
+    for (std::int64_t i = 0; i < n_; ++i)
+    {
+      Level& level = all[levelOf[i]];
+      level.members.push_back(i);
+      level.bound = std::max(level.bound, radii[i]);
+    }
+    for (Level& level : all)
+    {
+      if (!level.members.empty())
+      {
+        levels_.push_back(std::move(level));
+      }
+    }
+  }
+
+  void planSearches()
+  {
+    const SmoothingLengthMode mode = r_.radii ? r_.smoothingLengthMode : SmoothingLengthMode::Gather;
+    for (std::size_t k = 0; k < levels_.size(); ++k)
+    {
+      if (mode != SmoothingLengthMode::Scatter)
+      {
+        searches_.push_back({ k, true, false });
+      }
+    }
+    for (std::size_t k = 0; k < levels_.size(); ++k)
+    {
+      if (mode != SmoothingLengthMode::Gather)
+      {
+        searches_.push_back({ k, false, mode == SmoothingLengthMode::Symmetric });
+      }
+    }
+  }
+
+  // --- the members' data, compacted ------------------------------------------------------------
+
+  Points levelPoints(Level& level)
+  {
+    if (level.all)
+    {
+      return particles_;
+    }
+    const std::int64_t count = std::int64_t(level.members.size());
+    if (level.coordinates.empty())
+    {
+      level.coordinates.resize(3 * level.members.size());
+      parallelFor(threads_, count, 65536, nullptr, 0.0, 0.0, "", [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t k = begin; k < end; ++k)
+        {
+          const std::int64_t i = level.members[k];
+          for (int a = 0; a < 3; ++a)
+          {
+            level.coordinates[3 * k + a] = particles_.type == ScalarType::Float32
+              ? double(static_cast<const float*>(particles_.xyz)[3 * i + a])
+              : static_cast<const double*>(particles_.xyz)[3 * i + a];
+          }
+        }
+      });
+    }
+    // Float input converted to double exactly: every pair's distance is the caller's.
+    return Points(level.coordinates.data(), count);
+  }
+
+  /// `components` floats per member from an array of `components` per particle (null: null).
+  const float* gather(const Level& level, const float* perParticle, int components, std::vector<float>& out)
+  {
+    if (!perParticle || level.all)
+    {
+      return perParticle;
+    }
+    const std::int64_t count = std::int64_t(level.members.size());
+    out.resize(static_cast<std::size_t>(count) * components);
+    parallelFor(threads_, count, 65536, nullptr, 0.0, 0.0, "", [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t k = begin; k < end; ++k)
+      {
+        const float* from = perParticle + level.members[k] * components;
+        std::copy(from, from + components, out.data() + k * components);
+      }
+    });
+    return out.data();
+  }
+
+  const float* levelRadii(Level& level)
+  {
+    if (!r_.radii)
+    {
+      return nullptr;
+    }
+    if (level.radii.empty() && !level.all)
+    {
+      gather(level, r_.radii, 1, level.radii);
+    }
+    return level.all ? r_.radii : level.radii.data();
+  }
+
+  // --- one sum over every search ---------------------------------------------------------------
+
+  /// Adds `sum` of every search into `sums` (terms per query, double) or `counts`. Weights w_j:
+  /// `weights` per particle or `constantWeight`; values: `components` per particle.
+  void runSum(RadiusSum sum, const float* weights, float constantWeight, const float* values, int components,
+    std::vector<double>& sums, std::vector<std::int64_t>& counts)
+  {
+    RadiusPass pass;
+    pass.sum = sum;
+    pass.mode = r_.radii ? r_.smoothingLengthMode : SmoothingLengthMode::Gather;
+    pass.constantRadius = r_.radius;
+    pass.components = components;
+    const int terms = pass.terms();
+    if (sum == RadiusSum::Count)
+    {
+      counts.assign(static_cast<std::size_t>(m_), 0);
+    }
+    else
+    {
+      sums.assign(static_cast<std::size_t>(m_) * terms, 0.0);
+    }
+    std::vector<float> sourceWeights, sourceValues, queryValues, floatSums;
+    std::vector<std::int32_t> intCounts;
+    for (const Search& s : searches_)
+    {
+      Level& level = levels_[s.level];
+      Request q;
+      q.kernel = r_.kernel;
+      q.dimension = r_.dimension;
+      q.backend = r_.backend;
+      q.method = r_.method;
+      q.operation = Operation::Density; // what the backend's memory plan and uploads see
+      q.radius = r_.radii ? double(level.bound) : r_.radius;
+      q.constantMass = constantWeight;
+      pass.secondHalf = s.secondHalf;
+      std::int64_t queries;
+      if (s.levelIsQueries)
+      {
+        q.points = levelPoints(level);
+        q.source = particles_;
+        q.mass = weights;
+        pass.queryRadii = levelRadii(level);
+        pass.sourceRadii = r_.radii;
+        pass.sourceValues = values;
+        pass.queryValues = sum == RadiusSum::Gradient ? gather(level, values, components, queryValues) : nullptr;
+        queries = level.size(n_);
+      }
+      else
+      {
+        q.source = levelPoints(level);
+        if (separate_)
+        {
+          q.points = r_.points;
+          q.queryGrid = r_.queryGrid;
+        }
+        else
+        {
+          q.points = particles_;
+        }
+        q.mass = gather(level, weights, 1, sourceWeights);
+        pass.queryRadii = separate_ ? nullptr : r_.radii;
+        pass.sourceRadii = levelRadii(level);
+        pass.sourceValues = gather(level, values, components, sourceValues);
+        pass.queryValues = sum == RadiusSum::Gradient ? values : nullptr;
+        queries = m_;
+      }
+      if (sum == RadiusSum::Count)
+      {
+        intCounts.resize(static_cast<std::size_t>(queries));
+        pass.counts = intCounts.data();
+      }
+      else
+      {
+        floatSums.resize(static_cast<std::size_t>(queries) * terms);
+        pass.sums = floatSums.data();
+      }
+      const double done = double(searchesDone_), total = double(searchesPlanned());
+      const ProgressCallback& parent = r_.progress;
+      if (parent)
+      {
+        q.progress = [&parent, done, total](double fraction, const char* stage) {
+          return parent((done + fraction) / total, stage);
+        };
+      }
+      Report searched;
+      try
+      {
+        searched = search_(q, pass);
+      }
+      catch (const DoesNotFit& error)
+      {
+        throw Error(std::string(error.what()) +
+          ". With per-particle radii or a gradient a request runs in one run of the backend (no slabs yet)");
+      }
+      merge(searched);
+      ++searchesDone_;
+      const std::vector<std::int64_t>* members = s.levelIsQueries && !level.all ? &level.members : nullptr;
+      parallelFor(threads_, queries, 65536, nullptr, 0.0, 0.0, "", [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t k = begin; k < end; ++k)
+        {
+          const std::int64_t query = members ? (*members)[k] : k;
+          if (sum == RadiusSum::Count)
+          {
+            counts[query] += intCounts[k];
+          }
+          else
+          {
+            for (int t = 0; t < terms; ++t)
+            {
+              sums[query * terms + t] += floatSums[k * terms + t];
+            }
+          }
+        }
+      });
+    }
+  }
+
+  int searchesPlanned() const
+  {
+    int sums = 1;
+    if (r_.operation == Operation::Smoothing || r_.operation == Operation::Gradient)
+    {
+      sums = 0;
+      for (const auto& a : r_.smoothed)
+      {
+        sums += (a.components + maxComponentsPerPass - 1) / maxComponentsPerPass;
+      }
+      const bool volumes = r_.operation == Operation::Gradient || r_.normalization == Normalization::SPH;
+      sums += volumes && !r_.particleVolumes ? 1 : 0;
+      sums += volumes && separate_ && r_.density ? 1 : 0;
+    }
+    return std::max<int>(searchesDone_ + 1, sums * static_cast<int>(searches_.size()));
+  }
+
+  void merge(const Report& searched)
+  {
+    if (report_.radiusSearches == 0)
+    {
+      report_.backend = searched.backend;
+      report_.method = searched.method;
+      report_.device = searched.device;
+      report_.backendReason = searched.backendReason;
+    }
+    ++report_.radiusSearches;
+    for (const StageTime& stage : searched.stages)
+    {
+      addStage(report_, stage.stage, stage.milliseconds);
+    }
+    report_.pairsDecidedInDouble += searched.pairsDecidedInDouble;
+    report_.extraDeviceBytes = std::max(report_.extraDeviceBytes, searched.extraDeviceBytes);
+  }
+
+  // --- operations ------------------------------------------------------------------------------
+
+  void writeValid(const std::vector<double>& sums, int terms)
+  {
+    if (!r_.valid)
+    {
+      return;
+    }
+    for (std::int64_t q = 0; q < m_; ++q)
+    {
+      r_.valid[q] = sums[q * terms + terms - 1] > 0.0 ? 1 : 0;
+    }
+  }
+
+  void runCount()
+  {
+    std::vector<double> unused;
+    std::vector<std::int64_t> counts;
+    runSum(RadiusSum::Count, nullptr, 1.0f, nullptr, 1, unused, counts);
+    std::int64_t pairs = 0;
+    for (std::int64_t q = 0; q < m_; ++q)
+    {
+      // A particle meets itself once (in the search where its own radius decides, r = 0).
+      const std::int64_t count = counts[q] - (separate_ ? 0 : 1);
+      if (count > std::numeric_limits<std::int32_t>::max())
+      {
+        throw Error("NeighborGrid: point " + std::to_string(q) + " has " + std::to_string(count) +
+          " neighbors, more than an int32 count holds");
+      }
+      counts[q] = count;
+      pairs += count;
+    }
+    for (std::int64_t q = 0; q < m_; ++q)
+    {
+      r_.neighborCount[q] = static_cast<std::int32_t>(counts[q]);
+      if (r_.valid)
+      {
+        r_.valid[q] = counts[q] > 0 ? 1 : 0;
+      }
+    }
+    report_.neighborPairs = pairs;
+  }
+
+  /// rho at the queries with the caller's masses.
+  std::vector<double> density()
+  {
+    std::vector<double> sums;
+    std::vector<std::int64_t> unused;
+    runSum(RadiusSum::Density, r_.mass, static_cast<float>(r_.constantMass), nullptr, 1, sums, unused);
+    return sums;
+  }
+
+  void runDensity()
+  {
+    const std::vector<double> sums = density();
+    for (std::int64_t q = 0; q < m_; ++q)
+    {
+      r_.density[q] = static_cast<float>(sums[2 * q]);
+    }
+    writeValid(sums, 2);
+  }
+
+  /// V_j = m_j / rho_j at every particle: the caller's, or from the density over every search
+  /// (with a separate source, the sources' own density in the same mode, a run of its own).
+  std::vector<float> particleVolumes(std::vector<double>* particleDensity)
+  {
+    std::vector<float> volumes(static_cast<std::size_t>(n_));
+    if (r_.particleVolumes)
+    {
+      std::copy(r_.particleVolumes, r_.particleVolumes + n_, volumes.begin());
+      return volumes;
+    }
+    std::vector<float> rho(static_cast<std::size_t>(n_));
+    if (separate_)
+    {
+      Request own = r_;
+      own.points = r_.source;
+      own.source = Points();
+      own.queryGrid = QueryGrid();
+      own.operation = Operation::Density;
+      own.density = rho.data();
+      own.valid = nullptr;
+      own.smoothed.clear();
+      merge(RadiusRun(own, threads_, search_).run());
+    }
+    else
+    {
+      const std::vector<double> sums = density();
+      for (std::int64_t i = 0; i < n_; ++i)
+      {
+        rho[i] = static_cast<float>(sums[2 * i]);
+      }
+      if (particleDensity)
+      {
+        particleDensity->resize(static_cast<std::size_t>(n_));
+        for (std::int64_t i = 0; i < n_; ++i)
+        {
+          (*particleDensity)[i] = sums[2 * i];
+        }
+      }
+    }
+    for (std::int64_t i = 0; i < n_; ++i)
+    {
+      volumes[i] = (r_.mass ? r_.mass[i] : static_cast<float>(r_.constantMass)) / rho[i];
+    }
+    return volumes;
+  }
+
+  void runArrays()
+  {
+    const bool gradient = r_.operation == Operation::Gradient;
+    const bool shepard = !gradient && r_.normalization == Normalization::Shepard;
+    std::vector<float> volumes;
+    std::vector<double> particleDensity;
+    if (!shepard)
+    {
+      volumes = particleVolumes(&particleDensity);
+    }
+    // Results are formed in scratch and written once every search has run.
+    std::vector<std::vector<float>> results(r_.smoothed.size());
+    std::vector<double> sums;
+    std::vector<std::int64_t> unused;
+    std::vector<float> values;
+    bool anyValid = false;
+    std::vector<std::uint8_t> valid;
+    for (std::size_t a = 0; a < r_.smoothed.size(); ++a)
+    {
+      const SmoothedArray& array = r_.smoothed[a];
+      const int width = gradient ? 3 * array.components : array.components;
+      results[a].resize(static_cast<std::size_t>(m_) * width);
+      for (int first = 0; first < array.components; first += maxComponentsPerPass)
+      {
+        const int c = std::min(maxComponentsPerPass, array.components - first);
+        values.resize(static_cast<std::size_t>(n_) * c);
+        for (std::int64_t i = 0; i < n_; ++i)
+        {
+          std::copy(array.values + i * array.components + first, array.values + i * array.components + first + c,
+            values.data() + i * c);
+        }
+        runSum(gradient ? RadiusSum::Gradient : RadiusSum::Smoothing, shepard ? nullptr : volumes.data(), 1.0f,
+          values.data(), c, sums, unused);
+        const int terms = gradient ? 3 * c + 1 : c + 2;
+        valid.resize(static_cast<std::size_t>(m_));
+        for (std::int64_t q = 0; q < m_; ++q)
+        {
+          const double* s = sums.data() + q * terms;
+          const bool any = s[terms - 1] > 0.0;
+          valid[q] = any ? 1 : 0;
+          float* out = results[a].data() + q * width;
+          if (gradient)
+          {
+            for (int k = 0; k < 3 * c; ++k)
+            {
+              out[3 * first + k] = static_cast<float>(s[k]);
+            }
+            continue;
+          }
+          const bool null = !any || (shepard && !(s[c] > 0.0));
+          for (int k = 0; k < c; ++k)
+          {
+            out[first + k] = null ? r_.nullValue : static_cast<float>(shepard ? s[k] / s[c] : s[k]);
+          }
+        }
+        anyValid = true;
+      }
+    }
+    std::vector<float> queryDensity;
+    if (r_.density && !gradient && separate_)
+    {
+      const std::vector<double> rho = density();
+      queryDensity.resize(static_cast<std::size_t>(m_));
+      for (std::int64_t q = 0; q < m_; ++q)
+      {
+        queryDensity[q] = static_cast<float>(rho[2 * q]);
+      }
+    }
+    // Every search succeeded: the outputs.
+    for (std::size_t a = 0; a < r_.smoothed.size(); ++a)
+    {
+      std::copy(results[a].begin(), results[a].end(), r_.smoothed[a].output);
+    }
+    if (r_.density)
+    {
+      for (std::int64_t q = 0; q < m_; ++q)
+      {
+        r_.density[q] = separate_ ? queryDensity[q] : static_cast<float>(particleDensity[q]);
+      }
+    }
+    if (r_.valid && anyValid)
+    {
+      std::copy(valid.begin(), valid.end(), r_.valid);
+    }
+  }
+
+  const Request& r_;
+  int threads_;
+  const RadiusSearch& search_;
+  bool separate_;
+  Points particles_;
+  std::int64_t n_;
+  std::int64_t m_;
+  std::vector<Level> levels_;
+  std::vector<Search> searches_;
+  int searchesDone_ = 0;
+  Report report_;
+};
+
+} // namespace
+
+Report runWithRadii(const Request& request, int threads, const RadiusSearch& search)
+{
+  return RadiusRun(request, threads, search).run();
+}
+
+} // namespace detail
+} // namespace neighborgrid
