@@ -42,6 +42,9 @@ struct RadiusRule
   float band = 0.0f;                   // in squared frame units (PairTest.h), for the search's bound
   double frameScale = 1.0;             // 1 / cellSize^2, in double
   InputPoints sources;                 // the sources' input coordinates (double decisions)
+  // Cells much coarser than the radius (FENNS and CLAWS's coarse grid): float frame coordinates
+  // then lose digits the kernel needs, so every candidate's distance is taken in double.
+  bool doubleDistances = false;
   const std::int32_t* orderToInput = nullptr; // method order to source input index; null: same
 
   NG_HD double sourceRadius(int j) const { return sourceRadii ? double(sourceRadii[j]) : constantRadius; }
@@ -109,6 +112,7 @@ inline void setRadiusFrame(RadiusRule& rule, const PairTest& test, double cellSi
   rule.frameScale = 1.0 / (cellSize * cellSize);
   rule.sources = sources;
   rule.orderToInput = orderToInput;
+  rule.doubleDistances = cellSize > 1.5 * std::sqrt(test.radiusSquared);
 }
 
 /// W(r, R) and dW/dr with h = R / cutoff factor, in input units (DESIGN.md's kernels).

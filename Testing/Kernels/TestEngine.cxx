@@ -2232,6 +2232,19 @@ struct RadiiReference
     w = mode == SmoothingLengthMode::Gather ? wq : mode == SmoothingLengthMode::Scatter ? wj : 0.5 * (wq + wj);
     dw = mode == SmoothingLengthMode::Gather ? dq : mode == SmoothingLengthMode::Scatter ? dj : 0.5 * (dq + dj);
   }
+  /// The radius the pair's kernel is narrowest for (the one its float rounding matters most for).
+  double smallestRadius(std::int64_t q, std::int64_t j) const
+  {
+    return mode == SmoothingLengthMode::Gather ? queryRadii[q]
+      : mode == SmoothingLengthMode::Scatter   ? radii[j]
+                                               : std::min<double>(queryRadii[q], radii[j]);
+  }
+  /// W is evaluated in float from q = r / h (and on the GPU r from an approximate reciprocal
+  /// square root): near the cutoff its absolute error is about 1e-7 of W(0), not of W itself.
+  double valueFloor(Kernel k, std::int64_t q, std::int64_t j) const
+  {
+    return 1e-2 * kernelValue(k, c.dimension, smallestRadius(q, j), 0.0);
+  }
   std::vector<double> counts() const
   {
     std::vector<double> n(m);
@@ -2241,9 +2254,13 @@ struct RadiiReference
     }
     return n;
   }
-  std::vector<double> density(Kernel k) const
+  std::vector<double> density(Kernel k, std::vector<double>* magnitude = nullptr) const
   {
     std::vector<double> rho(m, 0.0);
+    if (magnitude)
+    {
+      magnitude->assign(m, 1e-30);
+    }
     for (std::int64_t q = 0; q < m; ++q)
     {
       for (std::int64_t p = start[q]; p < start[q + 1]; ++p)
@@ -2252,6 +2269,10 @@ struct RadiiReference
         const std::int64_t j = index[p];
         weights(k, q, j, distance(q, j, d), w, dw);
         rho[q] += c.mass[j] * w;
+        if (magnitude)
+        {
+          (*magnitude)[q] += c.mass[j] * (w + valueFloor(k, q, j));
+        }
       }
     }
     return rho;
@@ -2275,7 +2296,7 @@ struct RadiiReference
         for (int a = 0; a < components; ++a)
         {
           out[q * components + a] += v * w * values[j * components + a];
-          (*magnitude)[q * components + a] += std::abs(v * w * values[j * components + a]);
+          (*magnitude)[q * components + a] += std::abs(v * (w + valueFloor(k, q, j)) * values[j * components + a]);
         }
       }
       if (volumes.empty())
@@ -2309,9 +2330,7 @@ struct RadiiReference
         weights(k, q, j, r, w, dw);
         // dW/dr is evaluated in float from q = r / h: near the cutoff its absolute error is a few
         // 1e-7 of the kernel's derivative scale (|dW/dr| at q = 1), not of dW/dr itself.
-        const double smallest = mode == SmoothingLengthMode::Gather ? queryRadii[q]
-          : mode == SmoothingLengthMode::Scatter                    ? radii[j]
-                                                                    : std::min<double>(queryRadii[q], radii[j]);
+        const double smallest = smallestRadius(q, j);
         const double derivativeScale =
           std::abs(kernelDerivative(k, c.dimension, smallest, smallest / kernelCutoffFactor(k)));
         for (int a = 0; a < components; ++a)
@@ -2365,7 +2384,8 @@ TEST(EngineRadii, EveryModeOperationAndKernelMatchesDoubleBruteForce)
     const RadiiReference ref(c, rc.radii, mode);
     for (Kernel kernel : { Kernel::CubicSpline, Kernel::QuarticSpline, Kernel::QuinticSpline, Kernel::WendlandC2 })
     {
-      const std::vector<double> rho = ref.density(kernel);
+      std::vector<double> rhoScale;
+      const std::vector<double> rho = ref.density(kernel, &rhoScale);
       const std::vector<double> volumes = volumesFrom(c, rho);
       std::vector<double> shepardScale, sphScale, gradientScale, gradientScale3;
       const std::vector<double> shepard = ref.smooth(kernel, c.vector3, 3, {}, &shepardScale);
@@ -2400,7 +2420,7 @@ TEST(EngineRadii, EveryModeOperationAndKernelMatchesDoubleBruteForce)
         std::vector<float> density(n, -1.0f);
         r.density = density.data();
         engine.run(r);
-        expectClose(density, rho, "density");
+        expectClose(density, rho, "density", &rhoScale);
 
         r.operation = Operation::Smoothing;
         r.normalization = Normalization::Shepard;
@@ -2415,7 +2435,7 @@ TEST(EngineRadii, EveryModeOperationAndKernelMatchesDoubleBruteForce)
         r.smoothed = { SmoothedArray{ c.scalar.data(), 1, sphOut.data(), "scalar" } };
         engine.run(r);
         expectClose(sphOut, sph, "SPH smoothing", &sphScale);
-        expectClose(density, rho, "density of SPH smoothing");
+        expectClose(density, rho, "density of SPH smoothing", &rhoScale);
 
         r.operation = Operation::Gradient;
         std::vector<float> grad(3 * n, -1.0f), grad3(9 * n, -1.0f);
@@ -2425,7 +2445,7 @@ TEST(EngineRadii, EveryModeOperationAndKernelMatchesDoubleBruteForce)
         engine.run(r);
         expectClose(grad, gradient, "gradient of a scalar", &gradientScale);
         expectClose(grad3, gradient3, "gradient of a vector", &gradientScale3);
-        expectClose(density, rho, "density of the gradient");
+        expectClose(density, rho, "density of the gradient", &rhoScale);
       }
     }
   }
@@ -2439,8 +2459,8 @@ TEST(EngineRadii, AFixedRadiusGradientMatchesDoubleBruteForce)
   Engine engine;
   for (Kernel kernel : { Kernel::CubicSpline, Kernel::WendlandC2 })
   {
-    const std::vector<double> rho = ref.density(kernel);
-    std::vector<double> scale;
+    std::vector<double> rhoScale, scale;
+    const std::vector<double> rho = ref.density(kernel, &rhoScale);
     const std::vector<double> gradient = ref.gradient(kernel, c.tensor9, 9, volumesFrom(c, rho), &scale);
     for (Method method : methodsFor(Scenario{ "clustered", c.size(), 20.0, 1.25, true, 0 }))
     {
@@ -2454,7 +2474,7 @@ TEST(EngineRadii, AFixedRadiusGradientMatchesDoubleBruteForce)
       r.density = density.data();
       const Report report = engine.run(r);
       expectClose(grad, gradient, "gradient of 9 components", &scale);
-      expectClose(density, rho, "density");
+      expectClose(density, rho, "density", &rhoScale);
       EXPECT_EQ(report.radiusLevels, 0);
       EXPECT_EQ(report.radiusSearches, 4); // the density, then 9 components in passes of 4, 4 and 1
     }
@@ -2478,7 +2498,8 @@ TEST(EngineRadii, ProbesTakeTheSourcesRadii)
   const RadiiReference own(c, rc.radii, SmoothingLengthMode::Scatter);
   Engine engine;
   const Kernel kernel = Kernel::QuinticSpline;
-  const std::vector<double> rho = ref.density(kernel);
+  std::vector<double> rhoScale;
+  const std::vector<double> rho = ref.density(kernel, &rhoScale);
   std::vector<double> shepardScale, sphScale;
   const std::vector<double> shepard = ref.smooth(kernel, c.scalar, 1, {}, &shepardScale);
   const std::vector<double> sph = ref.smooth(kernel, c.scalar, 1, volumesFrom(c, own.density(kernel)), &sphScale);
@@ -2510,7 +2531,7 @@ TEST(EngineRadii, ProbesTakeTheSourcesRadii)
     std::vector<float> density(m, -1.0f);
     r.density = density.data();
     engine.run(r);
-    expectClose(density, rho, "density at queries");
+    expectClose(density, rho, "density at queries", &rhoScale);
 
     r.operation = Operation::Smoothing;
     std::vector<float> out(m, -1.0f);

@@ -165,21 +165,31 @@ __global__ void __launch_bounds__(queryThreads) queryRadiusSums(DeviceQueries qu
       acc.addTerms(t);
     }
   };
+  // The candidate's distance and x - x_j from the input coordinates, in double.
+  auto takeInDouble = [&](int j, const Particle& pj) {
+    double b[3];
+    op.rule.sources.get(op.rule.orderToInput ? op.rule.orderToInput[j] : j, b[0], b[1], b[2]);
+    const double r2 = exactSquaredDistance(x[0], x[1], x[2], b[0], b[1], b[2]);
+    const float d[3] = { float(x[0] - b[0]), float(x[1] - b[1]), float(x[2] - b[2]) };
+    take(j, pj, static_cast<float>(r2 * op.rule.frameScale), d);
+  };
   if (source.bruteForce)
   {
     for (int j = 0; j < sourceCount; ++j)
     {
-      double b[3];
-      op.rule.sources.get(j, b[0], b[1], b[2]);
-      const double r2 = exactSquaredDistance(x[0], x[1], x[2], b[0], b[1], b[2]);
-      const float d[3] = { float(x[0] - b[0]), float(x[1] - b[1]), float(x[2] - b[2]) };
-      take(j, source.particles[j], static_cast<float>(r2 * op.rule.frameScale), d);
+      takeInDouble(j, source.particles[j]);
     }
   }
   else
   {
     const float size = op.rule.cellSize;
+    const bool inDouble = op.rule.doubleDistances;
     forEachCandidate(x, source, cullLimit, [&](int j, const Particle& pj, const Particle& query, float r2) {
+      if (inDouble)
+      {
+        takeInDouble(j, pj);
+        return;
+      }
       const float d[3] = { (query.x - pj.x) * size, (query.y - pj.y) * size, (query.z - pj.z) * size };
       take(j, pj, r2, d);
     });
