@@ -98,8 +98,9 @@ struct Region
 };
 
 /// Whether x, or one of its periodic images, lies within the reach of the region on every axis:
-/// a superset of "within R of some point of the region" (the engine decides pairs exactly).
-bool Reaches(const Request& r, const double x[3], const Region& g)
+/// a superset of "within `radius` of some point of the region" (the engine decides pairs exactly).
+/// `radius`: R, or with per-particle radii the largest radius of any rank.
+bool Reaches(const Request& r, double radius, const double x[3], const Region& g)
 {
   if (g.empty())
   {
@@ -107,7 +108,7 @@ bool Reaches(const Request& r, const double x[3], const Region& g)
   }
   for (int a = 0; a < 3; ++a)
   {
-    const double reach = r.radius * (1.0 + 1e-9) + 1e-9 * (std::fabs(g.lo[a]) + std::fabs(g.hi[a]));
+    const double reach = radius * (1.0 + 1e-9) + 1e-9 * (std::fabs(g.lo[a]) + std::fabs(g.hi[a]));
     if (!r.periodic[a])
     {
       if (!(x[a] >= g.lo[a] - reach && x[a] <= g.hi[a] + reach))
@@ -350,6 +351,23 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
       (copy ? ghosts : owned).push_back(i);
       region.add(&xyz[3 * i]);
     }
+    // Ghost points among the particles are answered by a query at their position over the
+    // particles, which takes neither a gradient (grad f_i needs f_i) nor a radius of its own
+    // (Gather, Symmetric). (With separate queries they are only left out of the particles.)
+    const bool radiiOrGradient = request.radii || request.operation == Operation::Gradient;
+    if (radiiOrGradient && ghostFlags && !separate)
+    {
+      for (std::int64_t i = 0; i < n; ++i)
+      {
+        if (ghostFlags[i] & vtkDataSetAttributes::DUPLICATEPOINT)
+        {
+          throw Error("NeighborGrid: point " + std::to_string(i) +
+            " is a ghost point (vtkGhostType DUPLICATEPOINT); " +
+            (request.radii ? "a radius array (per-particle radii)" : "the Gradient operation") +
+            " is not supported with ghost points yet: remove them first (Remove Ghost Information)");
+        }
+      }
+    }
     if (separate && queryCount > 0)
     {
       if (request.queryGrid.empty())
@@ -380,7 +398,25 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
   std::vector<std::vector<double>> haloXyz(static_cast<std::size_t>(ranks));
   std::vector<std::vector<float>> haloMass(static_cast<std::size_t>(ranks));
   std::vector<std::vector<std::vector<float>>> haloValues(request.smoothed.size());
-  const bool sph = request.operation == Operation::Smoothing && request.normalization == Normalization::SPH;
+  // SPH smoothing and the gradient weigh every particle by its volume m_j / rho_j: rho of a halo
+  // point comes from its owner (here it would miss the neighbors beyond this rank's region).
+  const bool gradient = request.operation == Operation::Gradient;
+  const bool sph = gradient || (request.operation == Operation::Smoothing && request.normalization == Normalization::SPH);
+  const int outputsPerComponent = gradient ? 3 : 1;
+  // Per-particle radii: they travel with the halo, whose width is the largest radius of any rank.
+  // Whether radii are used must not depend on this rank's data (a rank without points has none):
+  // the ranks agree below.
+  bool sendRadii = request.radii != nullptr;
+  double reach = request.radius;
+  if (request.radii)
+  {
+    reach = 0.0;
+    for (std::int64_t i = 0; i < n; ++i)
+    {
+      reach = std::max(reach, static_cast<double>(request.radii[i]));
+    }
+  }
+  std::vector<std::vector<float>> haloRadii(static_cast<std::size_t>(ranks));
   // Whether masses travel must not depend on this rank's data (a rank without points may hold no
   // mass array): the ranks agree below; a rank without a mass array sends its constant mass.
   bool sendMass = request.mass && (request.operation == Operation::Density || sph);
@@ -395,28 +431,48 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
       engine.setCudaDevice(summary.cudaDevice);
     }
     // Every rank's region (an empty one reaches nothing).
-    std::vector<double> mine(7), all(7 * static_cast<std::size_t>(ranks));
+    constexpr int entries = 9; // region (6), sends masses, sends radii, largest radius
+    std::vector<double> mine(entries), all(entries * static_cast<std::size_t>(ranks));
     for (int a = 0; a < 3; ++a)
     {
       mine[a] = region.lo[a];
       mine[3 + a] = region.hi[a];
     }
     mine[6] = sendMass ? 1.0 : 0.0;
-    controller->AllGather(mine.data(), all.data(), 7);
+    mine[7] = sendRadii ? 1.0 : 0.0;
+    mine[8] = request.radii ? reach : 0.0;
+    controller->AllGather(mine.data(), all.data(), entries);
     for (int k = 0; k < ranks; ++k)
     {
       for (int a = 0; a < 3; ++a)
       {
-        regions[k].lo[a] = all[7 * k + a];
-        regions[k].hi[a] = all[7 * k + 3 + a];
+        regions[k].lo[a] = all[entries * k + a];
+        regions[k].hi[a] = all[entries * k + 3 + a];
       }
-      sendMass = sendMass || all[7 * k + 6] != 0.0;
+      sendMass = sendMass || all[entries * k + 6] != 0.0;
+      sendRadii = sendRadii || all[entries * k + 7] != 0.0;
+    }
+    if (sendRadii)
+    {
+      reach = 0.0;
+      for (int k = 0; k < ranks; ++k)
+      {
+        reach = std::max(reach, all[entries * k + 8]);
+      }
     }
     if (sendMass && !masses)
     {
       constantMasses.assign(static_cast<std::size_t>(n), static_cast<float>(request.constantMass));
       masses = constantMasses.data();
     }
+    // Other ranks use radii; so must this one, for its points (a rank with points and no radii
+    // would otherwise search with Radius; it cannot happen through the filters).
+    std::exception_ptr radiiFailure;
+    if (sendRadii && !request.radii && n > 0)
+    {
+      radiiFailure = std::make_exception_ptr(Error("NeighborGrid: other ranks have per-particle radii, this one has none"));
+    }
+    AgreeAllSucceeded(controller, radiiFailure);
     for (int k = 0; k < ranks; ++k)
     {
       if (k == summary.rank)
@@ -425,7 +481,7 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
       }
       for (std::int64_t i : owned)
       {
-        if (Reaches(request, &xyz[3 * i], regions[k]))
+        if (Reaches(request, reach, &xyz[3 * i], regions[k]))
         {
           sendIndices[k].push_back(i);
         }
@@ -436,6 +492,10 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
     if (sendMass)
     {
       haloMass = ExchangeWithEveryRank(controller, Gathered(masses, 1, sendIndices));
+    }
+    if (sendRadii)
+    {
+      haloRadii = ExchangeWithEveryRank(controller, Gathered(request.radii, 1, sendIndices));
     }
     for (std::size_t a = 0; a < request.smoothed.size(); ++a)
     {
@@ -455,6 +515,7 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
   const std::int64_t extCount = static_cast<std::int64_t>(extXyz.size() / 3);
   const std::int64_t ownedCount = static_cast<std::int64_t>(owned.size());
   const std::vector<float> extMass = sendMass ? Extended(masses, 1, owned, haloMass) : std::vector<float>();
+  const std::vector<float> extRadii = sendRadii ? Extended(request.radii, 1, owned, haloRadii) : std::vector<float>();
   std::vector<std::vector<float>> extValues;
   for (std::size_t a = 0; a < request.smoothed.size(); ++a)
   {
@@ -464,6 +525,7 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
 
   Request run = request;
   run.mass = sendMass ? extMass.data() : nullptr;
+  run.radii = sendRadii ? extRadii.data() : nullptr;
   for (std::size_t a = 0; a < run.smoothed.size(); ++a)
   {
     run.smoothed[a].values = extValues[a].data();
@@ -494,7 +556,7 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
     }
     for (auto& array : run.smoothed)
     {
-      extOutputs.emplace_back(static_cast<std::size_t>(extCount * array.components));
+      extOutputs.emplace_back(static_cast<std::size_t>(extCount * array.components * outputsPerComponent));
       array.output = extOutputs.back().data();
     }
   }
@@ -600,7 +662,7 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
           }
           for (std::size_t a = 0; a < request.smoothed.size(); ++a)
           {
-            const int c = request.smoothed[a].components;
+            const int c = request.smoothed[a].components * outputsPerComponent;
             std::copy_n(extOutputs[a].begin() + k * c, c, request.smoothed[a].output + to * c);
           }
         }

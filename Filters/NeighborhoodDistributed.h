@@ -21,6 +21,11 @@
 // their position, which is their owner's result (the owner's copy is a neighbor at distance 0,
 // not counted in Neighbor Count, as a point is not its own neighbor).
 //
+// Per-particle radii (Request::radii): the halo is as wide as the largest radius of any rank, and
+// the radii travel with it (one float per halo point). The gradient, like SPH smoothing, takes
+// the density of every halo point from its owner (Request::particleVolumes). Not supported yet
+// (an Error on every rank): radii or the gradient with ghost points (vtkGhostType) in the input.
+//
 // Every rank must call this the same number of times (it is collective); a rank that fails
 // makes every rank fail with a message that names it, rather than leaving the others waiting.
 #pragma once

@@ -140,6 +140,8 @@ neighborgrid::Operation ToEngine(int operation)
       return neighborgrid::Operation::NeighborCount;
     case vtkPointNeighborhoodFilter::KERNEL_SMOOTHING:
       return neighborgrid::Operation::Smoothing;
+    case vtkPointNeighborhoodFilter::GRADIENT:
+      return neighborgrid::Operation::Gradient;
     case vtkPointNeighborhoodFilter::DENSITY:
     default:
       return neighborgrid::Operation::Density;
@@ -166,6 +168,20 @@ neighborgrid::Normalization NormalizationToEngine(int normalization)
 {
   return normalization == vtkPointNeighborhoodFilter::SPH ? neighborgrid::Normalization::SPH
                                                            : neighborgrid::Normalization::Shepard;
+}
+
+neighborgrid::SmoothingLengthMode SmoothingLengthModeToEngine(int mode)
+{
+  switch (mode)
+  {
+    case vtkPointNeighborhoodFilter::SCATTER:
+      return neighborgrid::SmoothingLengthMode::Scatter;
+    case vtkPointNeighborhoodFilter::SYMMETRIC:
+      return neighborgrid::SmoothingLengthMode::Symmetric;
+    case vtkPointNeighborhoodFilter::GATHER:
+    default:
+      return neighborgrid::SmoothingLengthMode::Gather;
+  }
 }
 
 neighborgrid::Backend BackendToEngine(int backend)
@@ -234,6 +250,119 @@ vtkSmartPointer<ArrayT> NewResultArray(const std::string& name, int components, 
   array->SetNumberOfComponents(components);
   array->SetNumberOfTuples(tuples);
   return array;
+}
+
+/// The names of a gradient array's components: "d/dx", "d/dy", "d/dz" for a one-component
+/// array; "d<component>/dx", ... for several, the component's name or else its index.
+void NameGradientComponents(vtkDataArray* values, vtkDataArray* gradient)
+{
+  const int components = values->GetNumberOfComponents();
+  for (int c = 0; c < components; ++c)
+  {
+    std::string component;
+    if (components > 1)
+    {
+      const char* name = values->GetComponentName(c);
+      component = name && *name ? std::string(name) : ToText(c);
+    }
+    for (int a = 0; a < 3; ++a)
+    {
+      gradient->SetComponentName(3 * c + a, ("d" + component + "/d" + "xyz"[a]).c_str());
+    }
+  }
+}
+
+/// The selection of input array `index` (SetInputArrayToProcess), or null.
+vtkInformation* ArraySelection(vtkAlgorithm* algorithm, int index)
+{
+  vtkInformationVector* selections = algorithm->GetInformation()->Get(vtkAlgorithm::INPUT_ARRAYS_TO_PROCESS());
+  return selections ? selections->GetInformationObject(index) : nullptr;
+}
+
+/// Whether input array `index` selects an array, from the selection alone: a name other than ""
+/// and "None", or an attribute type.
+bool ArraySelected(vtkAlgorithm* algorithm, int index)
+{
+  vtkInformation* selection = ArraySelection(algorithm, index);
+  if (!selection)
+  {
+    return false;
+  }
+  if (selection->Has(vtkDataObject::FIELD_NAME()))
+  {
+    const char* name = selection->Get(vtkDataObject::FIELD_NAME());
+    return name && *name && std::strcmp(name, "None") != 0;
+  }
+  return selection->Has(vtkDataObject::FIELD_ATTRIBUTE_TYPE());
+}
+
+/// The one-component numeric point array of `particles` selected as input array `index` of
+/// `algorithm` (the mass array, the radius array). Returns true with `array` (null when none is
+/// selected), false with `error`. `what` names the array in messages ("mass"), `otherwise` says
+/// what is used without one ("the constant Mass").
+bool SelectedPointArray(vtkAlgorithm* algorithm, int index, vtkPointSet* particles, const std::string& what,
+  const std::string& otherwise, vtkDataArray*& array, std::string& error)
+{
+  array = nullptr;
+  vtkPointData* pointData = particles->GetPointData();
+  vtkInformation* selection = ArraySelection(algorithm, index);
+  const char* name =
+    selection && selection->Has(vtkDataObject::FIELD_NAME()) ? selection->Get(vtkDataObject::FIELD_NAME()) : nullptr;
+  // No name, an empty name, and ParaView's none entry "None" (its ArrayListDomain passes the
+  // none_string through as the name) all mean "no array". A point array that really is named
+  // "None" is still used.
+  const bool noneEntry = name && std::strcmp(name, "None") == 0 && !pointData->GetAbstractArray(name);
+  const bool byName = name && *name && !noneEntry;
+  const bool byAttribute =
+    !byName && selection && !selection->Has(vtkDataObject::FIELD_NAME()) && selection->Has(vtkDataObject::FIELD_ATTRIBUTE_TYPE());
+  if (!byName && !byAttribute)
+  {
+    return true;
+  }
+  const int association = selection->Has(vtkDataObject::FIELD_ASSOCIATION())
+    ? selection->Get(vtkDataObject::FIELD_ASSOCIATION())
+    : vtkDataObject::FIELD_ASSOCIATION_POINTS;
+  if (association != vtkDataObject::FIELD_ASSOCIATION_POINTS &&
+    association != vtkDataObject::FIELD_ASSOCIATION_POINTS_THEN_CELLS)
+  {
+    error = "The " + what + " array must be a point array (input array " + ToText(index) +
+      " is selected with field association " + ToText(association) + ").";
+    return false;
+  }
+  if (byName)
+  {
+    vtkAbstractArray* candidate = pointData->GetAbstractArray(name);
+    if (!candidate)
+    {
+      error = "The " + what + " array " + Quoted(name) + " is not a point array of the input. Select an existing point array, or none to use " + otherwise + ".";
+      return false;
+    }
+    array = vtkDataArray::SafeDownCast(candidate);
+    if (!array)
+    {
+      error = "The " + what + " array " + Quoted(name) + " is " + ArrayKind(candidate) + ", not a numeric array.";
+      return false;
+    }
+  }
+  else
+  {
+    // What vtkAlgorithm::GetInputArrayToProcess finds for a point association.
+    array = pointData->GetAttribute(selection->Get(vtkDataObject::FIELD_ATTRIBUTE_TYPE()));
+    if (!array)
+    {
+      error = "The " + what + " is selected by attribute type (input array " + ToText(index) +
+        "), but the input has no such point array.";
+      return false;
+    }
+  }
+  if (array->GetNumberOfComponents() != 1)
+  {
+    error = "The " + what + " array " + Quoted(array->GetName() ? array->GetName() : "(unnamed)") + " has " +
+      ToText(array->GetNumberOfComponents()) + " components; it must have exactly 1.";
+    array = nullptr;
+    return false;
+  }
+  return true;
 }
 
 /// Gives `output` its own field data: the input's arrays plus a NeighborGridInfo string array
@@ -474,7 +603,7 @@ int vtkPointNeighborhoodFilter::RequestData(
     return 0;
   };
 
-  if (!(std::isfinite(this->Radius) && this->Radius > 0.0))
+  if (!this->RadiusArraySelected() && !(std::isfinite(this->Radius) && this->Radius > 0.0))
   {
     return fail("The radius must be a finite number > 0 (got " + ToText(this->Radius) + ").");
   }
@@ -482,13 +611,19 @@ int vtkPointNeighborhoodFilter::RequestData(
   const vtkIdType pointCount = input->GetNumberOfPoints();
   vtkPointData* inputPointData = input->GetPointData();
   const neighborgrid::Operation operation = ToEngine(this->Operation);
-  const bool usesMass = operation == neighborgrid::Operation::Density ||
+  const bool gradient = operation == neighborgrid::Operation::Gradient;
+  const bool usesMass = operation == neighborgrid::Operation::Density || gradient ||
     (operation == neighborgrid::Operation::Smoothing && this->Normalization == SPH);
   const bool outputsDensity = usesMass;
 
   if (operation == neighborgrid::Operation::Smoothing && this->SmoothedArrays.empty())
   {
     return fail("Kernel Smoothing needs at least one point array to smooth (AddSmoothedArray).");
+  }
+  if (gradient && this->SmoothedArrays.empty())
+  {
+    return fail("Gradient needs at least one point array to differentiate (AddSmoothedArray; "
+                "SmoothedArrays in ParaView).");
   }
 
   const bool distributed = this->Internal->Ranks() > 1;
@@ -517,15 +652,21 @@ int vtkPointNeighborhoodFilter::RequestData(
     {
       outputPointData->AddArray(NewResultArray<vtkFloatArray>("Density", 1, 0));
     }
-    if (operation == neighborgrid::Operation::Smoothing)
+    if (operation == neighborgrid::Operation::Smoothing || gradient)
     {
       for (const std::string& name : this->SmoothedArrays)
       {
         // An empty block may lack the arrays altogether: there is nothing to smooth then.
         if (auto* values = vtkDataArray::SafeDownCast(inputPointData->GetAbstractArray(name.c_str())))
         {
-          outputPointData->AddArray(
-            NewResultArray<vtkFloatArray>(name + "_smoothed", values->GetNumberOfComponents(), 0));
+          const int components = values->GetNumberOfComponents();
+          auto empty = NewResultArray<vtkFloatArray>(
+            name + (gradient ? "_gradient" : "_smoothed"), gradient ? 3 * components : components, 0);
+          if (gradient)
+          {
+            NameGradientComponents(values, empty);
+          }
+          outputPointData->AddArray(empty);
         }
       }
     }
@@ -579,13 +720,39 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
   const vtkIdType resultCount = queries.Kind == QuerySpec::PARTICLES ? particleCount : queries.Count;
   vtkPointData* inputPointData = particles->GetPointData();
   const neighborgrid::Operation operation = ToEngine(this->Operation);
-  const bool usesMass = operation == neighborgrid::Operation::Density ||
+  const bool gradient = operation == neighborgrid::Operation::Gradient;
+  const bool usesArrays = operation == neighborgrid::Operation::Smoothing || gradient;
+  const bool usesMass = operation == neighborgrid::Operation::Density || gradient ||
     (operation == neighborgrid::Operation::Smoothing && this->Normalization == SPH);
   const bool outputsDensity = usesMass;
+  const bool radiusArraySelected = this->RadiusArraySelected();
+
+  // --- Checks that depend on the properties only (so every process decides alike) ------------
+  if (usesArrays && this->SmoothedArrays.empty())
+  {
+    return fail(gradient ? "Gradient needs at least one point array to differentiate (AddSmoothedArray; "
+                           "SmoothedArrays in ParaView)."
+                         : "Kernel Smoothing needs at least one point array to smooth (AddSmoothedArray).");
+  }
+  if (gradient && queries.Kind != QuerySpec::PARTICLES)
+  {
+    return fail("Gradient is computed at the particles only: it needs the value and density of the point "
+                "itself (f_j - f_i, with rho_j of every neighbor), which a probe or volume point does not "
+                "have. Run Point Neighborhood with Operation Gradient on the particles, then probe its "
+                "'<name>_gradient' arrays with Kernel Smoothing.");
+  }
+  if (radiusArraySelected && queries.Kind != QuerySpec::PARTICLES && this->SmoothingLengthMode != SCATTER)
+  {
+    return fail(std::string("With a probe or volume the radius array gives the particles' (source) radii, "
+                            "and a probe point has no radius of its own: only SmoothingLengthMode Scatter "
+                            "applies (|x - x_j| <= R_j, W(r, h_j)), not ") +
+      neighborgrid::toString(SmoothingLengthModeToEngine(this->SmoothingLengthMode)) + ".");
+  }
 
   // --- The request ---------------------------------------------------------------------------
   neighborgrid::Request request;
   request.radius = this->Radius;
+  request.smoothingLengthMode = SmoothingLengthModeToEngine(this->SmoothingLengthMode);
   request.operation = operation;
   request.kernel = KernelToEngine(this->Kernel);
   request.dimension = this->Dimension;
@@ -665,74 +832,60 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
   std::string massDescription = "constant " + ToText(this->Mass);
   if (usesMass)
   {
-    vtkInformationVector* selections =
-      this->GetInformation()->Get(vtkAlgorithm::INPUT_ARRAYS_TO_PROCESS());
-    vtkInformation* selection = selections ? selections->GetInformationObject(0) : nullptr;
-    const char* massName = selection && selection->Has(vtkDataObject::FIELD_NAME())
-      ? selection->Get(vtkDataObject::FIELD_NAME())
-      : nullptr;
-    // No name, an empty name, and ParaView's none entry "None" (its ArrayListDomain passes the
-    // none_string through as the name) all mean "no mass array": use the constant Mass. A point
-    // array that really is named "None" is still used.
-    const bool noneEntry = massName && std::strcmp(massName, "None") == 0 &&
-      !inputPointData->GetAbstractArray(massName);
-    const bool byName = massName && *massName && !noneEntry;
-    const bool byAttribute = !byName && selection &&
-      !selection->Has(vtkDataObject::FIELD_NAME()) &&
-      selection->Has(vtkDataObject::FIELD_ATTRIBUTE_TYPE());
-    if (byName || byAttribute)
+    vtkDataArray* mass = nullptr;
+    std::string error;
+    if (!SelectedPointArray(this, MASS_ARRAY, particles, "mass", "the constant Mass", mass, error))
     {
-      const int association = selection->Has(vtkDataObject::FIELD_ASSOCIATION())
-        ? selection->Get(vtkDataObject::FIELD_ASSOCIATION())
-        : vtkDataObject::FIELD_ASSOCIATION_POINTS;
-      if (association != vtkDataObject::FIELD_ASSOCIATION_POINTS &&
-        association != vtkDataObject::FIELD_ASSOCIATION_POINTS_THEN_CELLS)
-      {
-        return fail("The mass array must be a point array (input array 0 is selected with field "
-                    "association " +
-          ToText(association) + ").");
-      }
-      vtkDataArray* mass = nullptr;
-      if (byName)
-      {
-        vtkAbstractArray* candidate = inputPointData->GetAbstractArray(massName);
-        if (!candidate)
-        {
-          return fail("The mass array " + Quoted(massName) +
-            " is not a point array of the input. Select an existing point array, or none to use "
-            "the constant Mass.");
-        }
-        mass = vtkDataArray::SafeDownCast(candidate);
-        if (!mass)
-        {
-          return fail("The mass array " + Quoted(massName) + " is " + ArrayKind(candidate) +
-            ", not a numeric array.");
-        }
-      }
-      else
-      {
-        mass = this->GetInputArrayToProcess(0, particles);
-        if (!mass)
-        {
-          return fail("The mass is selected by attribute type (input array 0), but the input has "
-                      "no such point array.");
-        }
-      }
-      const std::string shownName = mass->GetName() ? mass->GetName() : "(unnamed)";
-      if (mass->GetNumberOfComponents() != 1)
-      {
-        return fail("The mass array " + Quoted(shownName) + " has " +
-          ToText(mass->GetNumberOfComponents()) + " components; it must have exactly 1.");
-      }
+      return fail(error);
+    }
+    if (mass)
+    {
       request.mass = FloatValues(mass, massScratch);
-      massDescription = "array " + Quoted(shownName);
+      massDescription = "array " + Quoted(mass->GetName() ? mass->GetName() : "(unnamed)");
     }
   }
 
-  // Arrays to smooth: any numeric point array, any number of components.
+  // Radii: input array 1 when one is selected (it replaces Radius), every value finite and > 0
+  // once converted to float, which is what the engine reads.
+  std::vector<float> radiusScratch;
+  std::string radiusDescription = ToText(this->Radius);
+  float smallestRadius = 0.0f, largestRadius = 0.0f;
+  if (radiusArraySelected)
+  {
+    vtkDataArray* radii = nullptr;
+    std::string error;
+    if (!SelectedPointArray(this, RADIUS_ARRAY, particles, "radius", "the constant Radius", radii, error))
+    {
+      return fail(error);
+    }
+    if (radii)
+    {
+      const std::string shownName = radii->GetName() ? radii->GetName() : "(unnamed)";
+      const float* values = particleCount > 0 ? FloatValues(radii, radiusScratch) : nullptr;
+      smallestRadius = HUGE_VALF;
+      for (vtkIdType i = 0; i < particleCount; ++i)
+      {
+        const float r = values[i];
+        if (!(std::isfinite(r) && r > 0.0f))
+        {
+          const double original = radii->GetComponent(i, 0);
+          const bool outOfRange = std::isfinite(original) && original > 0.0;
+          return fail("The radius array " + Quoted(shownName) + " has the value " + ToText(original) + " at point " +
+            ToText(i) + (outOfRange ? ", which is outside float's range" : "") +
+            ": every radius must be a finite number > 0.");
+        }
+        smallestRadius = std::min(smallestRadius, r);
+        largestRadius = std::max(largestRadius, r);
+      }
+      request.radii = values;
+      radiusDescription = "array " + Quoted(shownName);
+    }
+  }
+
+  // Arrays to smooth (or to differentiate): any numeric point array, any number of components.
   std::vector<std::vector<float>> smoothedScratch;
   std::vector<vtkSmartPointer<vtkFloatArray>> smoothedOutputs;
-  if (operation == neighborgrid::Operation::Smoothing)
+  if (usesArrays)
   {
     smoothedScratch.resize(this->SmoothedArrays.size());
     for (size_t i = 0; i < this->SmoothedArrays.size(); ++i)
@@ -750,12 +903,22 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
           ", not a numeric array.");
       }
       const int components = values->GetNumberOfComponents();
-      auto result = NewResultArray<vtkFloatArray>(name + "_smoothed", components, resultCount);
-      for (int c = 0; c < components; ++c)
+      vtkSmartPointer<vtkFloatArray> result;
+      if (gradient)
       {
-        if (const char* componentName = values->GetComponentName(c))
+        // d/dx, d/dy, d/dz of component 0, then of component 1, ...
+        result = NewResultArray<vtkFloatArray>(name + "_gradient", 3 * components, resultCount);
+        NameGradientComponents(values, result);
+      }
+      else
+      {
+        result = NewResultArray<vtkFloatArray>(name + "_smoothed", components, resultCount);
+        for (int c = 0; c < components; ++c)
         {
-          result->SetComponentName(c, componentName);
+          if (const char* componentName = values->GetComponentName(c))
+          {
+            result->SetComponentName(c, componentName);
+          }
         }
       }
       neighborgrid::SmoothedArray smoothed;
@@ -913,7 +1076,14 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
   {
     info.push_back("mass=" + massDescription);
   }
-  info.push_back("radius=" + ToText(this->Radius));
+  info.push_back("radius=" + radiusDescription);
+  if (request.radii)
+  {
+    info.push_back("radius_range=" + ToText(smallestRadius) + " " + ToText(largestRadius));
+    info.push_back(std::string("smoothing_length_mode=") + neighborgrid::toString(request.smoothingLengthMode));
+    info.push_back("radius_levels=" + ToText(report.radiusLevels));
+    info.push_back("radius_searches=" + ToText(report.radiusSearches));
+  }
   if (!boxDescription.empty())
   {
     info.push_back("periodic=" + boxDescription);
@@ -948,6 +1118,38 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
   info.push_back("extra_device_bytes=" + ToText(report.extraDeviceBytes));
 
   return 1;
+}
+
+//------------------------------------------------------------------------------
+bool vtkPointNeighborhoodFilter::RadiusArraySelected()
+{
+  return ArraySelected(this, RADIUS_ARRAY);
+}
+
+//------------------------------------------------------------------------------
+double vtkPointNeighborhoodFilter::LargestRadius(vtkPointSet* particles)
+{
+  if (!this->RadiusArraySelected())
+  {
+    return this->Radius;
+  }
+  vtkDataArray* radii = nullptr;
+  std::string error;
+  if (!particles || !SelectedPointArray(this, RADIUS_ARRAY, particles, "radius", "the constant Radius", radii, error) ||
+    !radii)
+  {
+    return 0.0;
+  }
+  double largest = 0.0;
+  for (vtkIdType i = 0; i < radii->GetNumberOfTuples(); ++i)
+  {
+    const double r = radii->GetComponent(i, 0);
+    if (std::isfinite(r) && r > largest)
+    {
+      largest = r;
+    }
+  }
+  return largest;
 }
 
 //------------------------------------------------------------------------------
@@ -1058,6 +1260,9 @@ void vtkPointNeighborhoodFilter::PrintSelf(ostream& os, vtkIndent indent)
   os << indent << "Radius: " << this->Radius << "\n";
   os << indent << "Operation: " << this->Operation << " (" << neighborgrid::toString(ToEngine(this->Operation))
      << ")\n";
+  os << indent << "SmoothingLengthMode: " << this->SmoothingLengthMode << " ("
+     << neighborgrid::toString(SmoothingLengthModeToEngine(this->SmoothingLengthMode)) << ")\n";
+  os << indent << "RadiusArray: " << (this->RadiusArraySelected() ? "selected (input array 1)" : "none") << "\n";
   os << indent << "Kernel: " << this->Kernel << " ("
      << neighborgrid::toString(KernelToEngine(this->Kernel)) << ")\n";
   os << indent << "Dimension: " << this->Dimension << "\n";

@@ -15,12 +15,32 @@
  *   components, smoothed with the kernel (float32 arrays "<name>_smoothed"), Shepard
  *   normalization sum_j W_ij f_j / sum_j W_ij, or SPH normalization sum_j (m_j/rho_j) f_j W_ij
  *   (this also outputs "Density").
+ * - Gradient: the SPH gradient of every array named with AddSmoothedArray (the same list as
+ *   KernelSmoothing), grad f_i = sum_j (m_j / rho_j) (f_j - f_i) grad_i W(x_i - x_j, h), with
+ *   grad_i W = dW/dr (x_i - x_j) / r. Written as float32 "<name>_gradient" with 3 x components
+ *   components: d/dx, d/dy, d/dz of component 0, then of component 1, ... (named "d/dx" ... for
+ *   one component, "d<component>/dx" ... for several). The density rho is computed in the same
+ *   run and written as "Density". Particles only: a probe or volume filter reports an error.
+ *
+ * Per-particle support radii: a point array selected as input array 1 (RADIUS_ARRAY,
+ * SetInputArrayToProcess(1, 0, 0, vtkDataObject::FIELD_ASSOCIATION_POINTS, name)) gives every
+ * particle its own R_i (one component, any numeric type, converted to float; every value finite
+ * and > 0) and replaces Radius. SmoothingLengthMode says which radius decides a pair and which
+ * smoothing length h = R / cutoff factor the kernel takes:
+ * - GATHER (default): j is a neighbor of i when |x_i - x_j| <= R_i; W_ij = W(r, h_i);
+ * - SCATTER: when |x_i - x_j| <= R_j; W_ij = W(r, h_j);
+ * - SYMMETRIC: when |x_i - x_j| <= max(R_i, R_j); W_ij = (W(r, h_i) + W(r, h_j)) / 2.
+ * All operations use these pairs and W_ij (Gradient: grad_i W likewise). With a probe or volume
+ * the radii are the particles' (the source's), and only SCATTER applies. The search stays
+ * linear however much the radii differ: particles are binned into levels of radii within a
+ * factor of 2, each searched on a grid of cells of its own largest radius (README.md).
  *
  * Kernels are VTK's (vtkSPHCubicKernel, vtkSPHQuarticKernel, vtkSPHQuinticKernel,
  * and the Wendland C2 kernel of vtkWendlandQuinticKernel), so results agree with vtkSPHInterpolator.
  * The output shallow-copies the input and adds the arrays above, plus a field-data string array
- * "NeighborGridInfo" (backend, method, device, time per stage). The input is never modified.
- * Each block of a composite dataset is processed on its own. Under MPI (several processes of
+ * "NeighborGridInfo" (backend, method, device, time per stage; with a radius array also
+ * radius_range, smoothing_length_mode, radius_levels and radius_searches). The input is never
+ * modified. Each block of a composite dataset is processed on its own. Under MPI (several processes of
  * the controller) results are those of one serial run over all processes' points (SetController).
  *
  * The work runs in the NeighborGrid engine (NeighborGrid/NeighborGrid.h): backend Auto uses a
@@ -28,8 +48,9 @@
  * buffers are reused across updates.
  *
  * Errors (a radius that is not finite and > 0, a point set without points, a missing or
- * non-numeric mass or smoothed array, a mass array of more than one component, no smoothed array
- * for KERNEL_SMOOTHING, a non-finite coordinate or mass, an unusable CUDA backend) are reported
+ * non-numeric mass, radius or smoothed array, a mass or radius array of more than one component,
+ * a radius value that is not finite and > 0, no smoothed array for KERNEL_SMOOTHING or GRADIENT,
+ * a non-finite coordinate or mass, an unusable CUDA backend) are reported
  * with vtkErrorMacro, naming the array, the point or the block concerned; the output is then
  * left empty and the execution fails. An empty block of a composite dataset is not an error: it
  * is passed through with empty result arrays. An abort (AbortExecute) stops the engine at its
@@ -65,7 +86,21 @@ public:
   {
     NEIGHBOR_COUNT = 0,
     DENSITY = 1,
-    KERNEL_SMOOTHING = 2
+    KERNEL_SMOOTHING = 2,
+    GRADIENT = 3
+  };
+  /// With a radius array: which radius decides a pair and which h the kernel takes.
+  enum SmoothingLengthModeType
+  {
+    GATHER = 0,   // |x_i - x_j| <= R_i, W(r, h_i)
+    SCATTER = 1,  // |x_i - x_j| <= R_j, W(r, h_j)
+    SYMMETRIC = 2 // |x_i - x_j| <= max(R_i, R_j), (W(r, h_i) + W(r, h_j)) / 2
+  };
+  /// The input arrays (SetInputArrayToProcess) the filter reads.
+  enum InputArrayIndex
+  {
+    MASS_ARRAY = 0,
+    RADIUS_ARRAY = 1
   };
   enum KernelType
   {
@@ -99,13 +134,14 @@ public:
 
   ///@{
   /// Support radius R: j is a neighbor of i when |x_i - x_j| <= R. Between 1e-150 and 1e150.
+  /// Not used (nor checked) when a radius array is selected (input array 1, see below).
   vtkSetMacro(Radius, double);
   vtkGetMacro(Radius, double);
   ///@}
 
   ///@{
   /// Operation, default DENSITY.
-  vtkSetClampMacro(Operation, int, NEIGHBOR_COUNT, KERNEL_SMOOTHING);
+  vtkSetClampMacro(Operation, int, NEIGHBOR_COUNT, GRADIENT);
   vtkGetMacro(Operation, int);
   ///@}
 
@@ -132,7 +168,18 @@ public:
   ///@}
 
   ///@{
-  /// Point arrays to smooth (KERNEL_SMOOTHING).
+  /// Per-particle support radii: input array 1 (RADIUS_ARRAY),
+  /// SetInputArrayToProcess(1, 0, 0, vtkDataObject::FIELD_ASSOCIATION_POINTS, name), a numeric
+  /// point array of one component whose values are finite and > 0 (converted to float); it then
+  /// replaces Radius. None selected (no name, an empty name or "None", as for the mass array):
+  /// Radius for every point. SmoothingLengthMode (default GATHER) says how a pair's two radii
+  /// combine (see the class description); it matters only with a radius array.
+  vtkSetClampMacro(SmoothingLengthMode, int, GATHER, SYMMETRIC);
+  vtkGetMacro(SmoothingLengthMode, int);
+  ///@}
+
+  ///@{
+  /// Point arrays to smooth (KERNEL_SMOOTHING) or to differentiate (GRADIENT).
   void AddSmoothedArray(const char* name);
   void ClearSmoothedArrays();
   int GetNumberOfSmoothedArrays() const;
@@ -204,6 +251,10 @@ public:
   /// (vtkGhostType DUPLICATEPOINT) are copies: they are not counted as particles and get their
   /// owner's result. Each process takes the CUDA device of its rank among the processes on its
   /// host (modulo the host's devices). See NeighborhoodDistributed.h for what is exchanged.
+  /// With a radius array the particles within the largest radius of any process's points are
+  /// sent, with their radii; GRADIENT takes the density of those particles from their owners, as
+  /// SPH smoothing does. Not supported yet (an error on every process): a radius array or
+  /// GRADIENT with ghost points in the input.
   void SetController(vtkMultiProcessController* controller);
   vtkMultiProcessController* GetController();
   ///@}
@@ -251,6 +302,14 @@ protected:
   /// have). Null with `error` set when there is no point set.
   static vtkSmartPointer<vtkPointSet> GatherParticles(vtkDataObject* input, std::string& error);
 
+  /// Whether a radius array is selected (input array 1 by a name other than "" and "None", or by
+  /// attribute type). Decided from the properties alone, so every process decides alike.
+  bool RadiusArraySelected();
+
+  /// The largest support radius of `particles`: Radius without a radius array; with one, its
+  /// largest finite value (0 when it has none or is not usable).
+  double LargestRadius(vtkPointSet* particles);
+
   /// Whether a composite input runs block by block (this filter) or whole (probe and volume).
   virtual bool ProcessesBlocksSeparately() const { return true; }
 
@@ -260,6 +319,7 @@ protected:
 
   double Radius = 1.0;
   int Operation = DENSITY;
+  int SmoothingLengthMode = GATHER;
   int Kernel = CUBIC_SPLINE;
   int Dimension = 3;
   double Mass = 1.0;

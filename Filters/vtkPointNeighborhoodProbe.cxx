@@ -28,6 +28,8 @@ vtkStandardNewMacro(vtkPointNeighborhoodProbe);
 vtkPointNeighborhoodProbe::vtkPointNeighborhoodProbe()
 {
   this->SetNumberOfInputPorts(2);
+  // A probe point has no radius of its own: with a radius array only Scatter applies.
+  this->SmoothingLengthMode = SCATTER;
 }
 
 //------------------------------------------------------------------------------

@@ -17,6 +17,10 @@
  * - KernelSmoothing: "<name>_smoothed", Shepard sum_j W f_j / sum_j W, or SPH
  *   sum_j (m_j / rho_j) f_j W, with rho_j the density at particle j from the particles (SPH also
  *   writes "Density" at the probe points).
+ * With a radius array (input array 1) the radii are the particles' R_j: a probe point x gets the
+ * particles with |x - x_j| <= R_j, each with W(r, h_j). That is SmoothingLengthMode SCATTER, the
+ * default here and the only mode that applies (a probe point has no radius; GATHER and SYMMETRIC
+ * are errors). GRADIENT is computed at the particles only: it is an error here.
  * A probe point with no particle within R gets count 0, density 0, smoothed values NullValue
  * (also where every neighbor lies exactly at the kernel's cutoff and the Shepard weights sum to
  * 0), and 0 in the validity array (ValidPointMaskArrayName, default "vtkValidPointMask"; 1

@@ -125,10 +125,25 @@ bool Distributed(vtkMultiProcessController* controller)
   return controller && controller->GetNumberOfProcesses() > 1;
 }
 
+/// The largest of every process's `value` (collective with several).
+double AllProcessMax(vtkMultiProcessController* controller, double value)
+{
+  double all = value;
+  if (Distributed(controller))
+  {
+    controller->AllReduce(&value, &all, 1, vtkCommunicator::MAX_OP);
+  }
+  return all;
+}
+
 } // namespace
 
 //------------------------------------------------------------------------------
-vtkPointNeighborhoodVolume::vtkPointNeighborhoodVolume() = default;
+vtkPointNeighborhoodVolume::vtkPointNeighborhoodVolume()
+{
+  // A grid point has no radius of its own: with a radius array only Scatter applies.
+  this->SmoothingLengthMode = SCATTER;
+}
 vtkPointNeighborhoodVolume::~vtkPointNeighborhoodVolume() = default;
 
 //------------------------------------------------------------------------------
@@ -172,13 +187,14 @@ int vtkPointNeighborhoodVolume::RequestInformation(
   // to date now (the pipeline's own update then finds them current and does not run them again).
   vtkInformation* outInfo = outputVector->GetInformationObject(0);
   double bounds[6] = { 0, 1, 0, 1, 0, 1 }; // resolution mode: the extent does not depend on the box
+  double largestRadius = this->Radius;
   bool boxKnown = true;
   if (this->UseParticleBounds && this->RefinementMode == USE_CELL_SIZE)
   {
-    boxKnown = this->UpdatedParticleBounds(inputVector[0]->GetInformationObject(0), outInfo, bounds);
+    boxKnown = this->UpdatedParticleBounds(inputVector[0]->GetInformationObject(0), outInfo, bounds, largestRadius);
   }
   double lo[3], hi[3];
-  this->VolumeBox(bounds, lo, hi);
+  this->VolumeBox(bounds, largestRadius, lo, hi);
   double origin[3], spacing[3];
   int cells[3];
   std::string error;
@@ -209,13 +225,14 @@ int vtkPointNeighborhoodVolume::RequestInformation(
 }
 
 //------------------------------------------------------------------------------
-void vtkPointNeighborhoodVolume::VolumeBox(const double particleBounds[6], double lo[3], double hi[3]) const
+void vtkPointNeighborhoodVolume::VolumeBox(
+  const double particleBounds[6], double largestRadius, double lo[3], double hi[3]) const
 {
   for (int a = 0; a < 3; ++a)
   {
     if (this->UseParticleBounds)
     {
-      const double padding = this->Padding < 0 ? this->Radius : this->Padding;
+      const double padding = this->Padding < 0 ? largestRadius : this->Padding;
       lo[a] = particleBounds[2 * a] - padding;
       hi[a] = particleBounds[2 * a + 1] + padding;
     }
@@ -229,9 +246,22 @@ void vtkPointNeighborhoodVolume::VolumeBox(const double particleBounds[6], doubl
 }
 
 //------------------------------------------------------------------------------
-bool vtkPointNeighborhoodVolume::UpdatedParticleBounds(
-  vtkInformation* inInfo, vtkInformation* outInfo, double bounds[6])
+double vtkPointNeighborhoodVolume::PaddingRadius(vtkPointSet* particles)
 {
+  if (!this->RadiusArraySelected())
+  {
+    return this->Radius;
+  }
+  // Collective under MPI: every process calls this when a radius array is selected.
+  const double largest = AllProcessMax(this->GetController(), particles ? this->LargestRadius(particles) : 0.0);
+  return largest > 0.0 ? largest : this->Radius;
+}
+
+//------------------------------------------------------------------------------
+bool vtkPointNeighborhoodVolume::UpdatedParticleBounds(
+  vtkInformation* inInfo, vtkInformation* outInfo, double bounds[6], double& largestRadius)
+{
+  largestRadius = this->Radius;
   vtkAlgorithmOutput* connection = this->GetInputConnection(0, 0);
   if (!connection || !inInfo)
   {
@@ -249,6 +279,13 @@ bool vtkPointNeighborhoodVolume::UpdatedParticleBounds(
   const bool updated = producer->UpdatePiece(piece, pieces, 0) != 0;
   // Under MPI every process takes part in the reduction, even one whose update failed.
   vtkDataObject* particles = updated ? producer->GetOutputDataObject(connection->GetIndex()) : nullptr;
+  if (this->RadiusArraySelected())
+  {
+    // As RequestData decides it, on every process alike.
+    std::string error;
+    vtkSmartPointer<vtkPointSet> set = particles ? GatherParticles(particles, error) : nullptr;
+    largestRadius = this->PaddingRadius(set);
+  }
   return AllProcessBounds(this->GetController(), particles, bounds) && updated;
 }
 
@@ -272,7 +309,7 @@ int vtkPointNeighborhoodVolume::RequestData(
   {
     return fail("The output must be a vtkImageData.");
   }
-  if (!(std::isfinite(this->Radius) && this->Radius > 0.0))
+  if (!this->RadiusArraySelected() && !(std::isfinite(this->Radius) && this->Radius > 0.0))
   {
     return fail("The radius must be a finite number > 0 (got " + std::to_string(this->Radius) + ").");
   }
@@ -288,6 +325,7 @@ int vtkPointNeighborhoodVolume::RequestData(
   // The box is the same on every process: the bounds of all processes' particles.
   double bounds[6];
   const bool anyParticle = AllProcessBounds(controller, particles, bounds);
+  const double paddingRadius = this->PaddingRadius(particles); // collective too
   if (!gatherError.empty())
   {
     neighborgrid_filters::ReportFailureToOtherRanks(controller, gatherError);
@@ -298,7 +336,7 @@ int vtkPointNeighborhoodVolume::RequestData(
     return fail("The particles (Input) have no points."); // on every process alike
   }
   double lo[3], hi[3];
-  this->VolumeBox(bounds, lo, hi);
+  this->VolumeBox(bounds, paddingRadius, lo, hi);
   double origin[3], spacing[3];
   int cells[3];
   if (!VolumeGrid(lo, hi, this->RefinementMode, this->Resolution, this->CellSize, origin, spacing, cells, error))

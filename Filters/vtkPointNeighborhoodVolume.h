@@ -9,13 +9,16 @@
  *
  * The volume is chosen the way ParaView's Bounded Volume chooses it:
  * - the box: the particles' bounds padded by Padding on every side (UseParticleBounds on, the
- *   default; Padding < 0, the default, means R), or Origin and Scale (its lengths) padded by
- *   Padding (< 0 means 0);
+ *   default; Padding < 0, the default, means R, or with a radius array the particles' largest
+ *   radius), or Origin and Scale (its lengths) padded by Padding (< 0 means 0);
  * - RefinementMode USE_RESOLUTION (default): Resolution cells per axis (points: Resolution + 1),
  *   spacing = length / Resolution; USE_CELL_SIZE: spacing CellSize on every axis,
  *   ceil(length / CellSize) cells per axis, centered on the box.
  * Grid points are generated on the device from origin, spacing and dimensions, never stored or
  * uploaded; only the result arrays come back.
+ *
+ * With a radius array (input array 1) the radii are the particles', and only SmoothingLengthMode
+ * SCATTER applies (the default here); GRADIENT is not available here (an error says so).
  *
  * The whole extent is reported in RequestInformation, as consumers of images expect. With
  * USE_CELL_SIZE over the particles' bounds it depends on the particles, so RequestInformation
@@ -74,10 +77,14 @@ protected:
   int RequestData(vtkInformation*, vtkInformationVector**, vtkInformationVector*) override;
   bool ProcessesBlocksSeparately() const override { return false; }
   /// The volume's box (class description): the particles' bounds padded, or Origin and Scale.
-  void VolumeBox(const double particleBounds[6], double lo[3], double hi[3]) const;
-  /// The particles' bounds for RequestInformation, the particles updated first; false when there
-  /// are none.
-  bool UpdatedParticleBounds(vtkInformation* inInfo, vtkInformation* outInfo, double bounds[6]);
+  /// `largestRadius`: the padding that a negative Padding means around the particles' bounds.
+  void VolumeBox(const double particleBounds[6], double largestRadius, double lo[3], double hi[3]) const;
+  /// What a negative Padding means around the particles: Radius, or with a radius array the
+  /// largest radius of every process's particles (collective then).
+  double PaddingRadius(vtkPointSet* particles);
+  /// The particles' bounds for RequestInformation, the particles updated first, and their
+  /// largest radius (LargestRadius); false when there are none.
+  bool UpdatedParticleBounds(vtkInformation* inInfo, vtkInformation* outInfo, double bounds[6], double& largestRadius);
 
   bool UseParticleBounds = true;
   double Origin[3] = { 0, 0, 0 };

@@ -50,6 +50,8 @@ expected_defaults = {
     "Dimension": "3",
     "MassArray": ["POINTS", "None"],
     "Mass": 1.0,
+    "RadiusArray": ["POINTS", "None"],
+    "SmoothingLengthMode": "Gather",
     "SmoothedArrays": [],
     "Normalization": "Shepard",
     "Backend": "Auto",
@@ -86,7 +88,8 @@ for name in ("Radius", "Operation"):
 
 # --- Enumerations: every text maps to the value of vtkPointNeighborhoodFilter's enums ----------
 enumerations = {
-    "Operation": {"Neighbor Count": 0, "Density": 1, "Kernel Smoothing": 2},
+    "Operation": {"Neighbor Count": 0, "Density": 1, "Kernel Smoothing": 2, "Gradient": 3},
+    "SmoothingLengthMode": {"Gather": 0, "Scatter": 1, "Symmetric": 2},
     "Kernel": {"Cubic Spline": 0, "Quartic Spline": 1, "Quintic Spline": 2, "Wendland C2": 3},
     "Dimension": {"2": 2, "3": 3},
     "Normalization": {"Shepard": 0, "SPH": 1},
@@ -117,6 +120,9 @@ def domain_strings(prop):
 mass_domain = domain_strings("MassArray")
 T.check(mass_domain[:1] == ["None"] and set(mass_domain[1:]) == {"mass", "label"},
         "MassArray offers None and the 1-component point arrays (got %s)" % mass_domain)
+radius_domain = domain_strings("RadiusArray")
+T.check(radius_domain[:1] == ["None"] and set(radius_domain[1:]) == {"mass", "label"},
+        "RadiusArray offers None and the 1-component point arrays (got %s)" % radius_domain)
 smooth_domain = domain_strings("SmoothedArrays")
 T.check(set(smooth_domain) == {"mass", "velocity", "label"},
         "SmoothedArrays offers every point array (got %s)" % smooth_domain)
@@ -166,6 +172,25 @@ out = T.output_of(f)
 T.check(out.GetPointData().GetArray("velocity_smoothed") is None
         and out.GetPointData().GetArray("label_smoothed") is not None,
         "changing SmoothedArrays clears the previous selection (ClearSmoothedArrays)")
+
+f.Operation = "Gradient"
+f.SmoothedArrays = ["velocity"]
+out = T.output_of(f)
+pd = out.GetPointData()
+T.check(pd.GetArray("velocity_gradient") is not None and pd.GetArray("velocity_gradient").GetNumberOfComponents() == 9
+        and pd.GetArray("Density") is not None and "operation=Gradient" in T.info_string(out).splitlines(),
+        "Operation Gradient writes velocity_gradient (9 components) and Density")
+
+f.RadiusArray = ["POINTS", "mass"]
+f.SmoothingLengthMode = "Symmetric"
+f.Operation = "Density"
+out = T.output_of(f)
+info = T.info_string(out).splitlines()
+T.check("radius=array 'mass'" in info and "smoothing_length_mode=Symmetric" in info,
+        "RadiusArray and SmoothingLengthMode reach the filter (%s)" % [e for e in info if "radius" in e])
+f.RadiusArray = ["POINTS", "None"]
+out = T.output_of(f)
+T.check("radius=1.25" in T.info_string(out).splitlines(), "RadiusArray None: the constant Radius again")
 
 f.Operation = "Neighbor Count"
 f.Method = "Counting Sort"
