@@ -2,12 +2,17 @@
 
 #include <vtkDataSetAttributes.h>
 #include <vtkMultiProcessController.h>
+#include <vtkSMPTools.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <memory>
+#include <numeric>
+#include <utility>
 #include <vector>
 
 #include <unistd.h> // gethostname
@@ -128,26 +133,172 @@ bool Reaches(const Request& r, double radius, const double x[3], const Region& g
   return true;
 }
 
-std::vector<double> ToDouble(const Points& p)
+/// body(begin, end) over [0, n) on every core with vtkSMPTools. Debian's VTK defaults to its
+/// Sequential backend, under which this per-point work would run on one thread while the engine
+/// uses every core; then it runs in a local STDThread scope.
+template <class Body>
+void ParallelFor(std::int64_t n, const Body& body)
 {
-  std::vector<double> out(static_cast<std::size_t>(3 * p.count));
-  if (p.type == neighborgrid::ScalarType::Float64)
+  if (n <= 0)
   {
-    std::copy_n(static_cast<const double*>(p.xyz), out.size(), out.begin());
+    return;
+  }
+  auto run = [&] {
+    vtkSMPTools::For(0, static_cast<vtkIdType>(n), vtkIdType(1) << 14,
+      [&](vtkIdType begin, vtkIdType end) { body(std::int64_t(begin), std::int64_t(end)); });
+  };
+  if (std::strcmp(vtkSMPTools::GetBackend(), "Sequential") == 0)
+  {
+    vtkSMPTools::LocalScope(vtkSMPTools::Config{ std::string("STDThread") }, run);
   }
   else
   {
-    std::copy_n(static_cast<const float*>(p.xyz), out.size(), out.begin());
+    run();
   }
-  return out;
 }
 
+/// The indices i in [0, n) with keep(i), in increasing order, found in parallel (a count per
+/// block, a prefix sum, then each block writes its own range).
+template <class Keep>
+std::vector<std::int64_t> SelectIndices(std::int64_t n, const Keep& keep)
+{
+  constexpr std::int64_t blockSize = 1 << 16;
+  const std::int64_t blocks = (n + blockSize - 1) / blockSize;
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(blocks + 1), 0);
+  ParallelFor(blocks, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t b = first; b < last; ++b)
+    {
+      std::int64_t kept = 0;
+      for (std::int64_t i = b * blockSize, end = std::min(n, i + blockSize); i < end; ++i)
+      {
+        kept += keep(i) ? 1 : 0;
+      }
+      offsets[static_cast<std::size_t>(b + 1)] = kept;
+    }
+  });
+  std::partial_sum(offsets.begin(), offsets.end(), offsets.begin());
+  std::vector<std::int64_t> selected(static_cast<std::size_t>(offsets.back()));
+  ParallelFor(blocks, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t b = first; b < last; ++b)
+    {
+      std::int64_t next = offsets[static_cast<std::size_t>(b)];
+      for (std::int64_t i = b * blockSize, end = std::min(n, i + blockSize); i < end; ++i)
+      {
+        if (keep(i))
+        {
+          selected[static_cast<std::size_t>(next++)] = i;
+        }
+      }
+    }
+  });
+  return selected;
+}
+
+/// reduce(accumulator, begin, end) over blocks of [0, n) in parallel, one accumulator per block
+/// (they do not depend on the SMP backend, as vtkSMPThreadLocal does), combined in block order.
+template <class T, class Reduce, class Combine>
+T ReduceInBlocks(std::int64_t n, const T& initial, const Reduce& reduce, const Combine& combine)
+{
+  constexpr std::int64_t blockSize = 1 << 16;
+  const std::int64_t blocks = (n + blockSize - 1) / blockSize;
+  std::vector<T> partial(static_cast<std::size_t>(blocks), initial);
+  ParallelFor(blocks, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t b = first; b < last; ++b)
+    {
+      reduce(partial[static_cast<std::size_t>(b)], b * blockSize, std::min(n, (b + 1) * blockSize));
+    }
+  });
+  T total = initial;
+  for (const T& p : partial)
+  {
+    combine(total, p);
+  }
+  return total;
+}
+
+/// Point i of p in double, read in the input's own precision (no converted copy of the array).
+void ReadPoint(const Points& p, std::int64_t i, double x[3])
+{
+  for (int a = 0; a < 3; ++a)
+  {
+    x[a] = p.type == neighborgrid::ScalarType::Float64 ? static_cast<const double*>(p.xyz)[3 * i + a]
+                                                       : double(static_cast<const float*>(p.xyz)[3 * i + a]);
+  }
+}
+
+bool IsDuplicatePoint(const unsigned char* ghostFlags, std::int64_t i)
+{
+  return ghostFlags && (ghostFlags[i] & vtkDataSetAttributes::DUPLICATEPOINT);
+}
+
+/// Whether any point is flagged a ghost point (a parallel scan; false without flags).
+bool AnyGhostPoint(const unsigned char* ghostFlags, std::int64_t n)
+{
+  if (!ghostFlags)
+  {
+    return false;
+  }
+  std::atomic<bool> found{ false };
+  ParallelFor(n, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end && !found.load(std::memory_order_relaxed); ++i)
+    {
+      if (IsDuplicatePoint(ghostFlags, i))
+      {
+        found = true;
+      }
+    }
+  });
+  return found;
+}
+
+/// Which of this rank's particles it owns (all but the ghost points' copies of other ranks' points).
+struct Ownership
+{
+  std::int64_t count = 0;          // owned particles
+  std::vector<std::int64_t> list;  // their indices where some particles are ghosts; else 0..count-1
+  std::vector<std::int64_t> ghosts; // the ghost points' indices
+  std::int64_t operator[](std::int64_t k) const { return list.empty() ? k : list[static_cast<std::size_t>(k)]; }
+};
+
+Ownership OwnershipOf(const unsigned char* ghostFlags, std::int64_t n)
+{
+  Ownership o;
+  if (ghostFlags)
+  {
+    o.ghosts = SelectIndices(n, [&](std::int64_t i) { return IsDuplicatePoint(ghostFlags, i); });
+  }
+  o.count = n - static_cast<std::int64_t>(o.ghosts.size());
+  if (!o.ghosts.empty())
+  {
+    o.list = SelectIndices(n, [&](std::int64_t i) { return !IsDuplicatePoint(ghostFlags, i); });
+  }
+  return o;
+}
+
+/// The bounding box of the points, found in parallel.
 void AddPoints(Region& g, const Points& p)
 {
-  const std::vector<double> x = ToDouble(p);
-  for (std::int64_t i = 0; i < p.count; ++i)
+  const Region bounds = ReduceInBlocks(
+    p.count, Region(),
+    [&](Region& part, std::int64_t begin, std::int64_t end) {
+      double x[3];
+      for (std::int64_t i = begin; i < end; ++i)
+      {
+        ReadPoint(p, i, x);
+        part.add(x);
+      }
+    },
+    [](Region& total, const Region& part) {
+      if (!part.empty())
+      {
+        total.add(part.lo);
+        total.add(part.hi);
+      }
+    });
+  if (!bounds.empty())
   {
-    g.add(&x[3 * i]);
+    g.add(bounds.lo);
+    g.add(bounds.hi);
   }
 }
 
@@ -217,45 +368,115 @@ std::vector<std::vector<T>> ExchangeWithEveryRank(vtkMultiProcessController* con
   return received;
 }
 
-/// Per rank k, `components` values per particle of sendIndices[k], gathered from `values`.
+/// std::vector that leaves new elements uninitialized: per-point buffers are written in parallel
+/// right after, and a zero fill first would be one more pass over them on one thread.
 template <class T>
-std::vector<std::vector<T>> Gathered(const T* values, int components,
-  const std::vector<std::vector<std::int64_t>>& sendIndices)
+struct UninitializedAllocator : std::allocator<T>
+{
+  template <class U>
+  struct rebind
+  {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept
+  {
+  }
+  template <class U>
+  void construct(U* p) noexcept
+  {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args)
+  {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+template <class T>
+using HostVector = std::vector<T, UninitializedAllocator<T>>;
+
+/// Per rank k, `components` values value(i, c) per particle i of sendIndices[k], in parallel.
+template <class T, class Value>
+std::vector<std::vector<T>> Gathered(
+  int components, const std::vector<std::vector<std::int64_t>>& sendIndices, const Value& value)
 {
   std::vector<std::vector<T>> out(sendIndices.size());
   for (std::size_t k = 0; k < sendIndices.size(); ++k)
   {
-    out[k].reserve(sendIndices[k].size() * static_cast<std::size_t>(components));
-    for (std::int64_t i : sendIndices[k])
-    {
-      out[k].insert(out[k].end(), values + i * components, values + (i + 1) * components);
-    }
+    const std::vector<std::int64_t>& indices = sendIndices[k];
+    out[k].resize(indices.size() * static_cast<std::size_t>(components));
+    T* to = out[k].data();
+    ParallelFor(static_cast<std::int64_t>(indices.size()), [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t m = begin; m < end; ++m)
+      {
+        for (int c = 0; c < components; ++c)
+        {
+          to[m * components + c] = value(indices[static_cast<std::size_t>(m)], c);
+        }
+      }
+    });
   }
   return out;
 }
 
-/// This rank's own values (at `owned`, `components` each) followed by what every rank sent, in
-/// rank order: the layout of the extended particle set.
 template <class T>
-std::vector<T> Extended(const T* values, int components, const std::vector<std::int64_t>& owned,
-  const std::vector<std::vector<T>>& received)
+std::vector<std::vector<T>> Gathered(const T* values, int components,
+  const std::vector<std::vector<std::int64_t>>& sendIndices)
 {
-  std::vector<T> out;
-  std::size_t total = owned.size() * static_cast<std::size_t>(components);
+  return Gathered<T>(components, sendIndices, [&](std::int64_t i, int c) { return values[i * components + c]; });
+}
+
+/// This rank's owned values (value(i, c) for its owned particles i) followed by what every rank
+/// sent, in rank order: the layout of the extended particle set.
+template <class T, class Value>
+HostVector<T> Extended(
+  int components, const Ownership& owned, const std::vector<std::vector<T>>& received, const Value& value)
+{
+  std::size_t total = static_cast<std::size_t>(owned.count) * static_cast<std::size_t>(components);
   for (const auto& r : received)
   {
     total += r.size();
   }
-  out.reserve(total);
-  for (std::int64_t i : owned)
-  {
-    out.insert(out.end(), values + i * components, values + (i + 1) * components);
-  }
+  HostVector<T> out(total);
+  ParallelFor(owned.count, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t k = begin; k < end; ++k)
+    {
+      for (int c = 0; c < components; ++c)
+      {
+        out[static_cast<std::size_t>(k * components + c)] = value(owned[k], c);
+      }
+    }
+  });
+  std::size_t next = static_cast<std::size_t>(owned.count) * static_cast<std::size_t>(components);
   for (const auto& r : received)
   {
-    out.insert(out.end(), r.begin(), r.end());
+    std::copy(r.begin(), r.end(), out.begin() + static_cast<std::ptrdiff_t>(next));
+    next += r.size();
   }
   return out;
+}
+
+template <class T>
+HostVector<T> Extended(
+  const T* values, int components, const Ownership& owned, const std::vector<std::vector<T>>& received)
+{
+  return Extended<T>(components, owned, received, [&](std::int64_t i, int c) { return values[i * components + c]; });
+}
+
+/// Coordinate c of point i of p in double: a value function for Gathered and Extended.
+auto CoordinateOf(const Points& p)
+{
+  return [&p](std::int64_t i, int c) {
+    return p.type == neighborgrid::ScalarType::Float64 ? static_cast<const double*>(p.xyz)[3 * i + c]
+                                                       : double(static_cast<const float*>(p.xyz)[3 * i + c]);
+  };
+}
+
+double MillisecondsSince(std::chrono::steady_clock::time_point began)
+{
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
 }
 
 int NodeLocalDevice(vtkMultiProcessController* controller)
@@ -306,6 +527,75 @@ void FillWithoutNeighbors(const Request& r)
   }
 }
 
+/// Ghost points (copies of other ranks' points): a query at their position over the extended
+/// particle set, which is their owner's result less the owner's copy at distance 0.
+void AnswerGhostPoints(neighborgrid::Engine& engine, const Request& request, const Request& run,
+  const Points& particles, const std::vector<std::int64_t>& ghosts, const double* extXyz, std::int64_t extCount,
+  const float* extMass, bool sph, Report& report)
+{
+  if (extCount == 0)
+  {
+    throw Error("NeighborGrid: point " + std::to_string(ghosts[0]) +
+      " is a ghost point (vtkGhostType DUPLICATEPOINT), but no rank owns a point at its position");
+  }
+  const std::int64_t g = static_cast<std::int64_t>(ghosts.size());
+  const std::vector<std::vector<std::int64_t>> ghostList{ ghosts };
+  const std::vector<double> ghostXyz = Gathered<double>(3, ghostList, CoordinateOf(particles))[0];
+  Request query = run;
+  query.source = Points(extXyz, extCount);
+  query.points = Points(ghostXyz.data(), g);
+  std::vector<std::int32_t> counts(static_cast<std::size_t>(request.neighborCount ? g : 0));
+  std::vector<float> density(static_cast<std::size_t>(request.density ? g : 0));
+  std::vector<std::vector<float>> outputs;
+  query.neighborCount = request.neighborCount ? counts.data() : nullptr;
+  query.density = request.density && !sph ? density.data() : nullptr;
+  for (auto& array : query.smoothed)
+  {
+    outputs.emplace_back(static_cast<std::size_t>(g * array.components));
+    array.output = outputs.back().data();
+  }
+  AppendStages(report, engine.run(query), "ghost points: ");
+  if (sph && request.density)
+  {
+    Request queryDensity = query;
+    queryDensity.operation = Operation::Density;
+    queryDensity.smoothed.clear();
+    queryDensity.particleVolumes = nullptr;
+    queryDensity.mass = extMass;
+    queryDensity.density = density.data();
+    AppendStages(report, engine.run(queryDensity), "ghost points density: ");
+  }
+  if (request.neighborCount)
+  {
+    // The owner's copy lies at distance 0: a point is not its own neighbor.
+    const auto orphan = std::find_if(counts.begin(), counts.end(), [](std::int32_t c) { return c < 1; });
+    if (orphan != counts.end())
+    {
+      throw Error("NeighborGrid: point " + std::to_string(ghosts[static_cast<std::size_t>(orphan - counts.begin())]) +
+        " is a ghost point (vtkGhostType DUPLICATEPOINT), but no rank owns a point at its position");
+    }
+  }
+  ParallelFor(g, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t k = begin; k < end; ++k)
+    {
+      const std::int64_t to = ghosts[static_cast<std::size_t>(k)];
+      if (request.neighborCount)
+      {
+        request.neighborCount[to] = counts[k] - 1;
+      }
+      if (request.density)
+      {
+        request.density[to] = density[k];
+      }
+      for (std::size_t a = 0; a < request.smoothed.size(); ++a)
+      {
+        const int c = request.smoothed[a].components;
+        std::copy_n(outputs[a].begin() + k * c, c, request.smoothed[a].output + to * c);
+      }
+    }
+  });
+}
+
 } // namespace
 
 void ReportFailureToOtherRanks(vtkMultiProcessController* controller, const std::string& message)
@@ -337,36 +627,33 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
   const Points& particles = separate ? request.source : request.points;
   const std::int64_t n = particles.count;
 
-  // --- This rank: its particles in double, which it owns, and its region -------------------
-  std::vector<double> xyz;
-  std::vector<std::int64_t> owned, ghosts;
+  // The path of almost every run: one process and no ghost points. Nothing to exchange and
+  // nothing to leave out, so the caller's arrays go to the engine as they are: no pass over the
+  // points here (a ghost array, where there is one, is only scanned for ghost points).
+  const auto prologueBegan = std::chrono::steady_clock::now();
+  if (ranks == 1 && !AnyGhostPoint(ghostFlags, n))
+  {
+    return engine.run(request);
+  }
+
+  // --- This rank: which particles it owns, and its region (in parallel, in the input's precision)
+  Ownership owned;
   Region region;
   std::exception_ptr failure;
   try
   {
-    xyz = ToDouble(particles);
-    for (std::int64_t i = 0; i < n; ++i)
-    {
-      const bool copy = ghostFlags && (ghostFlags[i] & vtkDataSetAttributes::DUPLICATEPOINT);
-      (copy ? ghosts : owned).push_back(i);
-      region.add(&xyz[3 * i]);
-    }
+    owned = OwnershipOf(ghostFlags, n);
+    AddPoints(region, particles);
     // Ghost points among the particles are answered by a query at their position over the
     // particles, which takes neither a gradient (grad f_i needs f_i) nor a radius of its own
     // (Gather, Symmetric). (With separate queries they are only left out of the particles.)
     const bool radiiOrGradient = request.radii || request.operation == Operation::Gradient;
-    if (radiiOrGradient && ghostFlags && !separate)
+    if (radiiOrGradient && !owned.ghosts.empty() && !separate)
     {
-      for (std::int64_t i = 0; i < n; ++i)
-      {
-        if (ghostFlags[i] & vtkDataSetAttributes::DUPLICATEPOINT)
-        {
-          throw Error("NeighborGrid: point " + std::to_string(i) +
-            " is a ghost point (vtkGhostType DUPLICATEPOINT); " +
-            (request.radii ? "a radius array (per-particle radii)" : "the Gradient operation") +
-            " is not supported with ghost points yet: remove them first (Remove Ghost Information)");
-        }
-      }
+      throw Error("NeighborGrid: point " + std::to_string(owned.ghosts[0]) +
+        " is a ghost point (vtkGhostType DUPLICATEPOINT); " +
+        (request.radii ? "a radius array (per-particle radii)" : "the Gradient operation") +
+        " is not supported with ghost points yet: remove them first (Remove Ghost Information)");
     }
     if (separate && queryCount > 0)
     {
@@ -384,14 +671,10 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
   {
     failure = std::current_exception();
   }
-  summary.ghostPoints = separate ? 0 : static_cast<std::int64_t>(ghosts.size());
+  summary.ghostPoints = separate ? 0 : static_cast<std::int64_t>(owned.ghosts.size());
+  const std::vector<std::int64_t>& ghosts = owned.ghosts;
   AgreeAllSucceeded(controller, failure);
-  if (ranks == 1 && ghosts.empty())
-  {
-    return engine.run(request); // nothing to exchange, nothing to leave out
-  }
 
-  const auto exchangeBegan = std::chrono::steady_clock::now();
   std::vector<Region> regions(static_cast<std::size_t>(ranks));
   regions[static_cast<std::size_t>(summary.rank)] = region;
   std::vector<std::vector<std::int64_t>> sendIndices(static_cast<std::size_t>(ranks));
@@ -410,18 +693,24 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
   double reach = request.radius;
   if (request.radii)
   {
-    reach = 0.0;
-    for (std::int64_t i = 0; i < n; ++i)
-    {
-      reach = std::max(reach, static_cast<double>(request.radii[i]));
-    }
+    reach = ReduceInBlocks(
+      n, 0.0,
+      [&](double& largest, std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i)
+        {
+          largest = std::max(largest, static_cast<double>(request.radii[i]));
+        }
+      },
+      [](double& total, double part) { total = std::max(total, part); });
   }
   std::vector<std::vector<float>> haloRadii(static_cast<std::size_t>(ranks));
   // Whether masses travel must not depend on this rank's data (a rank without points may hold no
   // mass array): the ranks agree below; a rank without a mass array sends its constant mass.
   bool sendMass = request.mass && (request.operation == Operation::Density || sph);
-  std::vector<float> constantMasses;
+  HostVector<float> constantMasses;
   const float* masses = request.mass;
+  summary.prologueMilliseconds = MillisecondsSince(prologueBegan);
+  const auto exchangeBegan = std::chrono::steady_clock::now();
   if (ranks > 1)
   {
     // Which device: the rank's place among the ranks on its host.
@@ -462,7 +751,10 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
     }
     if (sendMass && !masses)
     {
-      constantMasses.assign(static_cast<std::size_t>(n), static_cast<float>(request.constantMass));
+      constantMasses.resize(static_cast<std::size_t>(n));
+      ParallelFor(n, [&](std::int64_t begin, std::int64_t end) {
+        std::fill(constantMasses.begin() + begin, constantMasses.begin() + end, static_cast<float>(request.constantMass));
+      });
       masses = constantMasses.data();
     }
     // Other ranks use radii; so must this one, for its points (a rank with points and no radii
@@ -473,22 +765,34 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
       radiiFailure = std::make_exception_ptr(Error("NeighborGrid: other ranks have per-particle radii, this one has none"));
     }
     AgreeAllSucceeded(controller, radiiFailure);
+    // The halo each rank needs: this rank's owned particles within reach of its region, chosen
+    // in parallel (the larger part of the prologue: a test per owned particle and rank).
+    const auto haloBegan = std::chrono::steady_clock::now();
     for (int k = 0; k < ranks; ++k)
     {
       if (k == summary.rank)
       {
         continue;
       }
-      for (std::int64_t i : owned)
+      std::vector<std::int64_t> chosen = SelectIndices(owned.count, [&](std::int64_t m) {
+        double x[3];
+        ReadPoint(particles, owned[m], x);
+        return Reaches(request, reach, x, regions[k]);
+      });
+      if (!owned.list.empty())
       {
-        if (Reaches(request, reach, &xyz[3 * i], regions[k]))
-        {
-          sendIndices[k].push_back(i);
-        }
+        ParallelFor(static_cast<std::int64_t>(chosen.size()), [&](std::int64_t begin, std::int64_t end) {
+          for (std::int64_t m = begin; m < end; ++m)
+          {
+            chosen[static_cast<std::size_t>(m)] = owned[chosen[static_cast<std::size_t>(m)]];
+          }
+        });
       }
+      sendIndices[k] = std::move(chosen);
       summary.haloSent += static_cast<std::int64_t>(sendIndices[k].size());
     }
-    haloXyz = ExchangeWithEveryRank(controller, Gathered(xyz.data(), 3, sendIndices));
+    summary.prologueMilliseconds += MillisecondsSince(haloBegan);
+    haloXyz = ExchangeWithEveryRank(controller, Gathered<double>(3, sendIndices, CoordinateOf(particles)));
     if (sendMass)
     {
       haloMass = ExchangeWithEveryRank(controller, Gathered(masses, 1, sendIndices));
@@ -507,16 +811,16 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
   {
     summary.haloReceived += static_cast<std::int64_t>(h.size() / 3);
   }
-  summary.exchangeMilliseconds =
-    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - exchangeBegan).count();
+  summary.exchangeMilliseconds = MillisecondsSince(exchangeBegan);
 
   // --- The extended particle set: owned particles, then the halo in rank order --------------
-  const std::vector<double> extXyz = Extended(xyz.data(), 3, owned, haloXyz);
+  const auto extendedBegan = std::chrono::steady_clock::now();
+  const HostVector<double> extXyz = Extended<double>(3, owned, haloXyz, CoordinateOf(particles));
   const std::int64_t extCount = static_cast<std::int64_t>(extXyz.size() / 3);
-  const std::int64_t ownedCount = static_cast<std::int64_t>(owned.size());
-  const std::vector<float> extMass = sendMass ? Extended(masses, 1, owned, haloMass) : std::vector<float>();
-  const std::vector<float> extRadii = sendRadii ? Extended(request.radii, 1, owned, haloRadii) : std::vector<float>();
-  std::vector<std::vector<float>> extValues;
+  const std::int64_t ownedCount = owned.count;
+  const HostVector<float> extMass = sendMass ? Extended(masses, 1, owned, haloMass) : HostVector<float>();
+  const HostVector<float> extRadii = sendRadii ? Extended(request.radii, 1, owned, haloRadii) : HostVector<float>();
+  std::vector<HostVector<float>> extValues;
   for (std::size_t a = 0; a < request.smoothed.size(); ++a)
   {
     extValues.push_back(
@@ -539,9 +843,9 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
     run.points = Points(extXyz.data(), extCount);
   }
   // Particle mode: outputs for the whole extended set; the first ownedCount are this rank's.
-  std::vector<std::int32_t> extCounts;
-  std::vector<float> extDensity;
-  std::vector<std::vector<float>> extOutputs;
+  HostVector<std::int32_t> extCounts;
+  HostVector<float> extDensity;
+  std::vector<HostVector<float>> extOutputs;
   if (!separate)
   {
     if (request.neighborCount)
@@ -560,9 +864,10 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
       array.output = extOutputs.back().data();
     }
   }
+  summary.prologueMilliseconds += MillisecondsSince(extendedBegan);
 
   Report report;
-  std::vector<float> rho, volumes;
+  HostVector<float> rho, volumes;
   if (sph)
   {
     // rho at every particle of this rank (its halo makes it exact), then rho of the halo points
@@ -592,23 +897,27 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
     if (ranks > 1)
     {
       std::vector<float> ownRho(static_cast<std::size_t>(n), 0.0f);
-      for (std::int64_t k = 0; k < ownedCount; ++k)
-      {
-        ownRho[static_cast<std::size_t>(owned[k])] = rho[static_cast<std::size_t>(k)];
-      }
+      ParallelFor(ownedCount, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t k = begin; k < end; ++k)
+        {
+          ownRho[static_cast<std::size_t>(owned[k])] = rho[static_cast<std::size_t>(k)];
+        }
+      });
       const auto haloRho = ExchangeWithEveryRank(controller, Gathered(ownRho.data(), 1, sendIndices));
       std::size_t next = static_cast<std::size_t>(ownedCount);
       for (const auto& h : haloRho)
       {
-        std::copy(h.begin(), h.end(), rho.begin() + next);
+        std::copy(h.begin(), h.end(), rho.begin() + static_cast<std::ptrdiff_t>(next));
         next += h.size();
       }
     }
     volumes.resize(static_cast<std::size_t>(extCount));
-    for (std::size_t j = 0; j < volumes.size(); ++j)
-    {
-      volumes[j] = (sendMass ? extMass[j] : static_cast<float>(request.constantMass)) / rho[j];
-    }
+    ParallelFor(extCount, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t j = begin; j < end; ++j)
+      {
+        volumes[j] = (sendMass ? extMass[j] : static_cast<float>(request.constantMass)) / rho[j];
+      }
+    });
     if (separate && request.density && extCount > 0 && queryCount > 0)
     {
       try
@@ -645,10 +954,9 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
       {
         last = engine.run(run);
       }
-      if (!separate)
-      {
-        // This rank's particles: results in input order.
-        for (std::int64_t k = 0; k < ownedCount; ++k)
+      // This rank's particles: results in input order.
+      ParallelFor(ownedCount, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t k = begin; k < end; ++k)
         {
           const std::size_t from = static_cast<std::size_t>(k);
           const std::int64_t to = owned[k];
@@ -666,68 +974,11 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
             std::copy_n(extOutputs[a].begin() + k * c, c, request.smoothed[a].output + to * c);
           }
         }
-        if (!ghosts.empty() && extCount == 0)
-        {
-          throw Error("NeighborGrid: point " + std::to_string(ghosts[0]) +
-            " is a ghost point (vtkGhostType DUPLICATEPOINT), but no rank owns a point at its position");
-        }
-        if (!ghosts.empty())
-        {
-          // Copies of other ranks' points: a query at their position over the particles.
-          const std::int64_t g = static_cast<std::int64_t>(ghosts.size());
-          std::vector<double> ghostXyz(static_cast<std::size_t>(3 * g));
-          for (std::int64_t k = 0; k < g; ++k)
-          {
-            std::copy_n(&xyz[3 * ghosts[k]], 3, &ghostXyz[3 * k]);
-          }
-          Request query = run;
-          query.source = Points(extXyz.data(), extCount);
-          query.points = Points(ghostXyz.data(), g);
-          std::vector<std::int32_t> counts(static_cast<std::size_t>(request.neighborCount ? g : 0));
-          std::vector<float> density(static_cast<std::size_t>(request.density ? g : 0));
-          std::vector<std::vector<float>> outputs;
-          query.neighborCount = request.neighborCount ? counts.data() : nullptr;
-          query.density = request.density && !sph ? density.data() : nullptr;
-          for (auto& array : query.smoothed)
-          {
-            outputs.emplace_back(static_cast<std::size_t>(g * array.components));
-            array.output = outputs.back().data();
-          }
-          AppendStages(report, engine.run(query), "ghost points: ");
-          if (sph && request.density)
-          {
-            Request queryDensity = query;
-            queryDensity.operation = Operation::Density;
-            queryDensity.smoothed.clear();
-            queryDensity.particleVolumes = nullptr;
-            queryDensity.mass = sendMass ? extMass.data() : nullptr;
-            queryDensity.density = density.data();
-            AppendStages(report, engine.run(queryDensity), "ghost points density: ");
-          }
-          for (std::int64_t k = 0; k < g; ++k)
-          {
-            const std::int64_t to = ghosts[k];
-            if (request.neighborCount)
-            {
-              // The owner's copy lies at distance 0: a point is not its own neighbor.
-              if (counts[k] < 1)
-              {
-                throw Error("NeighborGrid: point " + std::to_string(to) +
-                  " is a ghost point (vtkGhostType DUPLICATEPOINT), but no rank owns a point at its position");
-              }
-              request.neighborCount[to] = counts[k] - 1;
-            }
-            if (request.density)
-            {
-              request.density[to] = density[k];
-            }
-            for (std::size_t a = 0; a < request.smoothed.size(); ++a)
-            {
-              const int c = request.smoothed[a].components;
-              std::copy_n(outputs[a].begin() + k * c, c, request.smoothed[a].output + to * c);
-            }
-          }
-        }
+      });
+      if (!ghosts.empty())
+      {
+        AnswerGhostPoints(engine, request, run, particles, ghosts, extXyz.data(), extCount,
+          sendMass ? extMass.data() : nullptr, sph, report);
       }
     }
   }
@@ -739,17 +990,23 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
 
   Report merged = last;
   merged.stages.clear();
+  merged.stages.push_back({ "distributed prologue", summary.prologueMilliseconds });
   merged.stages.push_back({ "halo exchange", summary.exchangeMilliseconds });
   AppendStages(merged, report, "");
   merged.pairsDecidedInDouble = report.pairsDecidedInDouble;
   AppendStages(merged, last, "");
   if (request.neighborCount && !separate)
   {
-    merged.neighborPairs = 0; // this rank's own points: the ranks' sums add up to the serial one
-    for (std::int64_t i : owned)
-    {
-      merged.neighborPairs += request.neighborCount[i];
-    }
+    // This rank's own points: the ranks' sums add up to the serial one.
+    merged.neighborPairs = ReduceInBlocks(
+      ownedCount, std::int64_t(0),
+      [&](std::int64_t& pairs, std::int64_t begin, std::int64_t end) {
+        for (std::int64_t k = begin; k < end; ++k)
+        {
+          pairs += request.neighborCount[owned[k]];
+        }
+      },
+      [](std::int64_t& total, std::int64_t part) { total += part; });
   }
   return merged;
 }

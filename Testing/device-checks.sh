@@ -8,6 +8,9 @@
 #   sanitize  compute-sanitizer memcheck and racecheck on GPU tests of every method
 #             (NG_SANITIZE_FILTER replaces memcheck's test filter)
 #   bench T   NeighborGridBenchmark --table=T (CSV and stage timings), for each table named after it
+#   headline  every headline figure (NeighborGridBenchmark --table=headline and
+#             NeighborGridFilterBenchmark --headline) beside Testing/Benchmarks/headline-H100.csv,
+#             with the ratio; figures more than 10% slower are marked (compare_headline.py)
 #   profile K Nsight Compute on the 4M density row, one launch of each kernel whose name matches
 #             the regular expression K (e.g. 'gridSearch<.*Density'), methods from NG_METHODS
 # Logs and CSVs go to $OUT (or out/device when OUT is unset); the last lines printed summarize.
@@ -31,7 +34,7 @@ tests=$build/bin/NeighborGridKernelsTests
 mode=""
 for arg in "$@"; do
   case "$arg" in
-    tests|sanitize|bench|profile) mode=$arg ;;
+    tests|sanitize|bench|profile|headline) mode=$arg ;;
   esac
   case "$mode:$arg" in
     tests:tests)
@@ -50,6 +53,13 @@ for arg in "$@"; do
         --gtest_filter='EngineMethods.*:Clouds/EngineAccuracy.NeighborCount*stacked*:Clouds/EngineAccuracy.Density*clustered*' \
         > "$out/racecheck.log" 2>&1
       summary+=("racecheck: exit $? ($(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$out/racecheck.log" | tail -1); $(grep -E '^\[  PASSED|^\[  FAILED' "$out/racecheck.log" | tr '\n' ' '))")
+      ;;
+    headline:headline)
+      "$build/bin/NeighborGridBenchmark" --table=headline --csv="$out/headline.csv" > /dev/null 2> "$out/headline-stages.txt"
+      summary+=("headline engine: exit $?")
+      "$build/bin/NeighborGridFilterBenchmark" --headline --runs=21 2>> "$out/headline-stages.txt" | tail -n +2 >> "$out/headline.csv"
+      summary+=("headline filter: exit ${PIPESTATUS[0]}")
+      python3 Testing/Benchmarks/compare_headline.py "$out/headline.csv" Testing/Benchmarks/headline-H100.csv | tee "$out/headline.md"
       ;;
     bench:bench|profile:profile) ;;
     profile:*)

@@ -694,8 +694,26 @@ Report Engine::Impl::runOpen(const Request& request)
   return detail::runFitting(request, slabBackend);
 }
 
+namespace
+{
+std::function<void(const Request&)>& runObserver()
+{
+  static std::function<void(const Request&)> observer;
+  return observer;
+}
+} // namespace
+
+void Engine::setRunObserver(std::function<void(const Request&)> observer)
+{
+  runObserver() = std::move(observer);
+}
+
 Report Engine::run(const Request& given)
 {
+  if (runObserver())
+  {
+    runObserver()(given);
+  }
   validate(given);
   detail::validatePeriodicBox(given);
   // Output pointers the operation does not write are not touched by any layer.

@@ -13,6 +13,7 @@
 #include <NeighborGrid/NeighborGrid.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -708,6 +709,188 @@ int runRanks(std::int64_t n, int ranks, int runs, std::ofstream& csv)
   return 0;
 }
 
+/// One headline figure: a name of Testing/Benchmarks/headline-H100.csv and its runs.
+struct HeadlineFigure
+{
+  std::string name;
+  std::vector<double> milliseconds;
+};
+
+void writeHeadline(const std::vector<HeadlineFigure>& figures, std::ofstream& csv)
+{
+  for (const HeadlineFigure& f : figures)
+  {
+    std::ostringstream line;
+    line << f.name << ',' << median(f.milliseconds) << '\n';
+    std::printf("%s", line.str().c_str());
+    if (csv)
+    {
+      csv << line.str();
+    }
+  }
+  std::fflush(stdout);
+  if (csv)
+  {
+    csv.flush();
+  }
+}
+
+std::string methodSlug(Method m)
+{
+  std::string slug = toString(m);
+  std::transform(slug.begin(), slug.end(), slug.begin(), [](char c) { return c == ' ' ? '_' : char(std::tolower(c)); });
+  return slug;
+}
+
+/// Requests run in turns, run by run (drift of clocks or temperature touches them alike); per
+/// request the device-resident and the end-to-end median become two figures.
+struct HeadlineSeries
+{
+  std::string device, endToEnd; // figure names
+  Request request;
+  std::vector<double> resident, wall;
+};
+
+bool runInTurns(Engine& engine, std::vector<HeadlineSeries>& series, int runs, std::vector<HeadlineFigure>& figures)
+{
+  for (HeadlineSeries& s : series)
+  {
+    Report report;
+    std::vector<double> resident, wall;
+    if (!timedRuns(engine, s.request, 1, resident, wall, report)) // warm-up: allocations, pinned ring
+    {
+      return false;
+    }
+    std::fprintf(stderr, "headline %s: %s on %s\n", s.endToEnd.c_str(), toString(report.method), report.device.c_str());
+  }
+  for (int k = 0; k < runs; ++k)
+  {
+    for (HeadlineSeries& s : series)
+    {
+      Report report;
+      if (!timedRuns(engine, s.request, 1, s.resident, s.wall, report))
+      {
+        return false;
+      }
+      if (k + 1 == runs)
+      {
+        std::fprintf(stderr, "  %s stages:", s.endToEnd.c_str());
+        for (const auto& stage : report.stages)
+        {
+          std::fprintf(stderr, " %s %.3f", stage.stage.c_str(), stage.milliseconds);
+        }
+        std::fprintf(stderr, "\n");
+      }
+    }
+  }
+  for (HeadlineSeries& s : series)
+  {
+    figures.push_back({ s.device, s.resident });
+    figures.push_back({ s.endToEnd, s.wall });
+  }
+  return true;
+}
+
+/// --table=headline: every figure the headline table of RESULTS.md tracks, from one run, as
+/// figure,median_ms (Testing/Benchmarks/headline-H100.csv has the committed ones;
+/// compare_headline.py sets them side by side and marks regressions). Density, R = 1.5, uniform
+/// random points in a box of 90 (4M) scaled to keep about 80 neighbors: the 4M row per method
+/// and Auto, the same cloud in a periodic box, a 512^3 volume of it, 64M and 1e9 points (Auto).
+/// The filter's Update() is NeighborGridFilterBenchmark --headline's.
+int runHeadline(const std::vector<Method>& methods, int runs, std::ofstream& csv)
+{
+  const double radius = 1.5;
+  std::vector<HeadlineFigure> figures;
+  Engine engine;
+  {
+    const std::int64_t n = 4194304;
+    const double scene = 90.0;
+    const std::vector<float> xyz = uniformCloud(n, scene, 12345 + n * 31, 1);
+    std::vector<float> density(static_cast<std::size_t>(n));
+    Request base;
+    base.points = Points(xyz.data(), n);
+    base.radius = radius;
+    base.operation = Operation::Density;
+    base.density = density.data();
+    std::vector<HeadlineSeries> series;
+    for (Method m : methods)
+    {
+      HeadlineSeries s;
+      const std::string prefix = m == Method::Auto ? "engine_4M" : "method_" + methodSlug(m) + "_4M";
+      s.device = prefix + "_device";
+      s.endToEnd = prefix + "_e2e";
+      s.request = base;
+      s.request.method = m;
+      series.push_back(s);
+    }
+    HeadlineSeries periodic;
+    periodic.device = "periodic_4M_device";
+    periodic.endToEnd = "periodic_4M_e2e";
+    periodic.request = base;
+    for (int a = 0; a < 3; ++a)
+    {
+      periodic.request.periodic[a] = true;
+      periodic.request.boxLengths[a] = scene;
+    }
+    series.push_back(periodic);
+    if (!runInTurns(engine, series, runs, figures))
+    {
+      return 1;
+    }
+    writeHeadline(figures, csv);
+    figures.clear();
+
+    const std::int64_t side = 512;
+    const std::size_t cells = std::size_t(side) * side * side;
+    std::vector<float> gridDensity(cells);
+    std::vector<std::uint8_t> valid(cells);
+    HeadlineSeries volume;
+    volume.device = "volume_512_device";
+    volume.endToEnd = "volume_512_e2e";
+    volume.request.source = Points(xyz.data(), n);
+    volume.request.radius = radius;
+    volume.request.operation = Operation::Density;
+    volume.request.density = gridDensity.data();
+    volume.request.valid = valid.data();
+    for (int a = 0; a < 3; ++a)
+    {
+      volume.request.queryGrid.origin[a] = -radius;
+      volume.request.queryGrid.spacing[a] = (scene + 2 * radius) / double(side - 1);
+      volume.request.queryGrid.dimensions[a] = side;
+    }
+    std::vector<HeadlineSeries> volumes{ volume };
+    if (!runInTurns(engine, volumes, std::max(5, runs / 2), figures))
+    {
+      return 1;
+    }
+    writeHeadline(figures, csv);
+    figures.clear();
+  }
+  for (const auto& size : { std::make_pair(std::int64_t(67108864), std::string("64M")),
+         std::make_pair(std::int64_t(1000000000), std::string("1e9")) })
+  {
+    const std::int64_t n = size.first;
+    const double scene = 90.0 * std::cbrt(double(n) / 4194304.0);
+    const std::vector<float> xyz = uniformCloud(n, scene, 12345 + n * 31, 1);
+    std::vector<float> density(static_cast<std::size_t>(n));
+    HeadlineSeries s;
+    s.device = "engine_" + size.second + "_device";
+    s.endToEnd = "engine_" + size.second + "_e2e";
+    s.request.points = Points(xyz.data(), n);
+    s.request.radius = radius;
+    s.request.operation = Operation::Density;
+    s.request.density = density.data();
+    std::vector<HeadlineSeries> one{ s };
+    if (!runInTurns(engine, one, n > 100000000 ? 3 : std::max(5, runs / 2), figures))
+    {
+      return 1;
+    }
+    writeHeadline(figures, csv);
+    figures.clear();
+  }
+  return 0;
+}
+
 } // namespace
 
 /// --radii=N: per-particle radii (issue 12). N clustered particles: five Gaussian clusters
@@ -950,7 +1133,7 @@ int main(int argc, char** argv)
     else
     {
       std::fprintf(stderr,
-        "usage: %s [--table=issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|all|smoke]\n"
+        "usage: %s [--table=headline|issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|all|smoke]\n"
         "          [--runs=N] [--csv=FILE] [--volume=N] [--periodic] [--operations=N]\n"
         "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]] [--radii=N]\n"
         "          [--methods=counting-sort,radix-sort,fenns,claws,bayraktar,staged-tiles,brute-force,auto] [--cpu] [--roofline]\n",
@@ -976,6 +1159,15 @@ int main(int argc, char** argv)
   if (!csvPath.empty())
   {
     csv.open(csvPath);
+  }
+  if (table == "headline")
+  {
+    std::printf("figure,median_ms\n");
+    if (csv)
+    {
+      csv << "figure,median_ms\n";
+    }
+    return runHeadline(methods, runs, csv);
   }
   if (slabPoints > 0)
   {

@@ -1,6 +1,10 @@
 // vtkPointNeighborhoodFilter end to end: float coordinates in a host vtkPolyData, the Density
 // array back on the host. Median wall time of Update() over --runs runs per method, for the
 // 4,194,304-point row (scene 90, R = 1.5). This is the time a VTK pipeline or ParaView sees.
+// --headline: Auto only, in turns with Engine::run on the same arrays (the engine's end to end
+// for the same request), as figure,median_ms rows of the headline table (filter_4M_e2e,
+// filter_engine_4M_e2e).
+#include <NeighborGrid/NeighborGrid.h>
 #include <vtkFieldData.h>
 #include <vtkFloatArray.h>
 #include <vtkNew.h>
@@ -14,20 +18,77 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
+
+namespace
+{
+double Median(std::vector<double> v)
+{
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double MillisecondsOf(const std::function<void()>& f)
+{
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+int Headline(vtkPolyData* cloud, vtkPoints* points, int runs)
+{
+  vtkNew<vtkPointNeighborhoodFilter> filter;
+  filter->SetInputData(cloud);
+  filter->SetOperation(vtkPointNeighborhoodFilter::DENSITY);
+  filter->SetRadius(1.5);
+  neighborgrid::Engine engine;
+  const vtkIdType n = points->GetNumberOfPoints();
+  std::vector<float> density(static_cast<std::size_t>(n));
+  neighborgrid::Request request;
+  request.points = neighborgrid::Points(static_cast<const float*>(points->GetVoidPointer(0)), n);
+  request.radius = 1.5;
+  request.operation = neighborgrid::Operation::Density;
+  request.density = density.data();
+  filter->Update(); // warm-up: CUDA context, device buffers, pinned staging
+  engine.run(request);
+  std::vector<double> filterTimes, engineTimes;
+  for (int k = 0; k < runs; ++k)
+  {
+    filter->Modified();
+    filterTimes.push_back(MillisecondsOf([&] { filter->Update(); }));
+    engineTimes.push_back(MillisecondsOf([&] { engine.run(request); }));
+  }
+  auto* output = vtkPolyData::SafeDownCast(filter->GetOutput());
+  if (!output || !output->GetPointData()->GetArray("Density"))
+  {
+    std::fprintf(stderr, "no Density array in the output\n");
+    return 1;
+  }
+  std::printf("figure,median_ms\nfilter_4M_e2e,%.4f\nfilter_engine_4M_e2e,%.4f\n", Median(filterTimes),
+    Median(engineTimes));
+  std::fprintf(stderr, "filter last run: %s\n", filter->GetLastRunInfo());
+  return 0;
+}
+} // namespace
 
 int main(int argc, char** argv)
 {
   int runs = 21;
   vtkIdType n = 4194304;
+  bool headline = false;
   for (int i = 1; i < argc; ++i)
   {
     const std::string a = argv[i];
     if (a.rfind("--runs=", 0) == 0)
     {
       runs = std::max(1, std::atoi(a.c_str() + 7));
+    }
+    else if (a == "--headline")
+    {
+      headline = true;
     }
     else if (a.rfind("--points=", 0) == 0)
     {
@@ -47,6 +108,10 @@ int main(int argc, char** argv)
   vtkNew<vtkPolyData> cloud;
   cloud->SetPoints(points);
 
+  if (headline)
+  {
+    return Headline(cloud, points, runs);
+  }
   std::printf("method,points,median_update_ms\n");
   const struct
   {

@@ -282,6 +282,12 @@ public:
   /// Whether this build has the CUDA backend and a device is usable; `why` says why not.
   static bool cudaAvailable(std::string* why = nullptr);
 
+  /// For tests of the layers above (the VTK filters): `observer` sees every request that reaches
+  /// run() of any engine of this process, as the caller passed it, before anything else, so a
+  /// test can check that a caller's own arrays arrive with no copy or pass in between. An empty
+  /// function removes it. Set it while no run is in flight.
+  static void setRunObserver(std::function<void(const Request&)> observer);
+
 private:
   struct Impl;
   Impl* impl_;
