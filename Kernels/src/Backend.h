@@ -88,6 +88,19 @@ struct QuerySet
   }
 };
 
+/// A periodic box whose images the backend makes where the points are (Periodic.h): the
+/// particles wrapped into the box along `axes`, then every image w + k L within `radius` of
+/// [lo, hi] on those axes, in the order of the host's images (particle by particle, k_z, k_y, k_x).
+struct PeriodicImages
+{
+  bool axes[3] = { false, false, false };
+  double origin[3] = { 0, 0, 0 };
+  double lengths[3] = { 0, 0, 0 };
+  double lo[3] = { 0, 0, 0 }; // where results are wanted: the box
+  double hi[3] = { 0, 0, 0 };
+  double radius = 0.0;
+};
+
 /// A validated request, with its bounds found.
 struct Problem
 {
@@ -114,9 +127,17 @@ struct Problem
   bool sphWeightsGiven = false;
   // A search of the radius layer (Radii.h) instead of `operation`; null otherwise.
   const RadiusPass* radiusPass = nullptr;
+  // Images made by the backend (BackendImplementation::makesPeriodicImages): prepareCoordinates
+  // appends them to the particles, so `count` includes them and `images` says how many; results
+  // are computed for them too and returned for the caller's particles only.
+  bool imagesByBackend = false;
+  PeriodicImages box;
+  std::int64_t images = 0;
 
-  /// Entries per output array: one per query.
+  /// Entries per output array on the backend: one per query, or per particle and image.
   std::int64_t resultCount() const { return queries.separate ? queries.count : count; }
+  /// Entries per output array of the caller.
+  std::int64_t returnedCount() const { return resultCount() - (queries.separate ? 0 : images); }
 
   bool usesMass() const { return operationUsesMass(operation, normalization); }
   /// The kernel for squared distances in frame units of a grid of cell size `cellSize`.
@@ -142,6 +163,9 @@ public:
   virtual std::int64_t bytesNeeded(const Problem& problem) = 0;
   /// The memory one run can have: the engine's limit, or what the device has free.
   virtual std::int64_t bytesAvailable() = 0;
+  /// Whether prepareCoordinates makes the periodic images of `problem` itself (problem.box),
+  /// where the points already are, instead of the host making them (Periodic.h).
+  virtual bool makesPeriodicImages(const Problem&) const { return false; }
 };
 
 /// Bounds in double and the non-finite check on the host, on `threads` threads.

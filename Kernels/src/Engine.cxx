@@ -431,7 +431,10 @@ struct Engine::Impl
   static detail::Problem makeProblem(const Request& request, const detail::ProgressReporter& progress);
   /// A validated open-box request in one run of the backend (at most 2^31 - 2 points and queries).
   /// radiusPass: a search of the radius layer (Radii.h) instead of the request's operation.
-  Report runOnce(const Request& request, const detail::RadiusPass* radiusPass = nullptr);
+  /// imagesByBackend: a periodic request whose images the backend makes (backendMakesImages).
+  Report runOnce(const Request& request, const detail::RadiusPass* radiusPass = nullptr, bool imagesByBackend = false);
+  /// Whether the backend makes a periodic request's images where the points are (Backend.h).
+  bool backendMakesImages(const Request& request);
   /// Throws for a non-finite mass, particle volume or query point, naming the caller's point.
   void checkInputs(const Request& request) const;
   /// A validated open-box request: one run, or slabs where it does not fit (Slabs.h).
@@ -596,7 +599,20 @@ detail::Problem Engine::Impl::makeProblem(const Request& request, const detail::
   return problem;
 }
 
-Report Engine::Impl::runOnce(const Request& request, const detail::RadiusPass* radiusPass)
+bool Engine::Impl::backendMakesImages(const Request& request)
+{
+  if (hasSeparateSource(request) || request.points.count > detail::maxPointsPerRun)
+  {
+    return false;
+  }
+  Backend backend;
+  std::string reason;
+  detail::BackendImplementation& implementation = backendFor(request, backend, reason);
+  const detail::ProgressReporter progress(request.progress);
+  return implementation.makesPeriodicImages(makeProblem(request, progress));
+}
+
+Report Engine::Impl::runOnce(const Request& request, const detail::RadiusPass* radiusPass, bool imagesByBackend)
 {
   Report report;
   Backend backend;
@@ -605,6 +621,11 @@ Report Engine::Impl::runOnce(const Request& request, const detail::RadiusPass* r
   progress(0.0, "prepare");
   detail::Problem problem = makeProblem(request, progress);
   problem.radiusPass = radiusPass;
+  if (imagesByBackend)
+  {
+    problem.imagesByBackend = true;
+    problem.box = detail::periodicBoxOfParticles(request);
+  }
   report.neighborPairs = -1;
   try
   {
@@ -632,6 +653,7 @@ Report Engine::Impl::runOnce(const Request& request, const detail::RadiusPass* r
     throw;
   }
   report.backend = backend;
+  report.periodicImages = problem.images;
   progress(1.0, "done");
   return report;
 }
@@ -740,6 +762,19 @@ Report Engine::run(const Request& given)
   }
   if (detail::isPeriodic(request))
   {
+    // The points go up once and the backend makes their images (the GPU), where it can.
+    if (impl_->backendMakesImages(request))
+    {
+      impl_->checkInputs(request);
+      try
+      {
+        return impl_->runOnce(request, nullptr, true);
+      }
+      catch (const detail::DoesNotFit&)
+      {
+        // Particles and images do not fit one run: the host's images, in slabs (Slabs.h).
+      }
+    }
     return detail::runPeriodic(request, impl_->threads, [this](const Request& open) {
       validate(open);
       return impl_->runOpen(open);

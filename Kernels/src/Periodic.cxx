@@ -1,6 +1,7 @@
 #include "Periodic.h"
 
 #include "PairTest.h"
+#include "PeriodicRanges.h"
 #include "Parallel.h"
 #include "Slabs.h"
 #include "Timer.h"
@@ -73,43 +74,10 @@ ImageSource withImages(const Request& r, const Points& input, const double lo[3]
   ImageSource s{ xyz, original };
   s.points = input.count;
   const std::int64_t n = s.points;
+  const ImageRanges ranges = makeImageRanges(periodicImagesOf(r, lo, hi));
   auto wrappedPoint = [&](std::int64_t i, double w[3]) {
     readPoint(input, i, w);
-    for (int a = 0; a < 3; ++a)
-    {
-      if (r.periodic[a])
-      {
-        w[a] = wrapIntoBox(w[a], r.boxOrigin[a], r.boxLengths[a]);
-      }
-    }
-  };
-  // Shift range per point and axis: k with w + k L in [lo - R, hi + R], widened a little (an
-  // extra image is only an extra candidate; the pair test decides exactly).
-  auto range = [&](double w, int a, std::int64_t& k0, std::int64_t& k1) {
-    if (!r.periodic[a])
-    {
-      k0 = k1 = 0;
-      return;
-    }
-    const double L = r.boxLengths[a];
-    const double margin = r.radius * (1.0 + 1e-9) + 1e-12 * (std::fabs(lo[a]) + std::fabs(hi[a]) + L);
-    k0 = static_cast<std::int64_t>(std::ceil((lo[a] - margin - w) / L));
-    k1 = static_cast<std::int64_t>(std::floor((hi[a] + margin - w) / L));
-  };
-  // Most points need no image: those farther than the margin (and a rounding slack) from both
-  // ends of [lo, hi] on every periodic axis. They skip the divisions above.
-  double noImageLo[3], noImageHi[3];
-  for (int a = 0; a < 3; ++a)
-  {
-    const double L = r.boxLengths[a];
-    const double margin = r.radius * (1.0 + 1e-9) + 1e-12 * (std::fabs(lo[a]) + std::fabs(hi[a]) + L);
-    const double slack = 1e-9 * (std::fabs(lo[a]) + std::fabs(hi[a]) + L);
-    noImageLo[a] = r.periodic[a] ? std::max(lo[a] - margin, hi[a] + margin - L) + slack : -HUGE_VAL;
-    noImageHi[a] = r.periodic[a] ? std::min(lo[a] - margin + L, hi[a] + margin) - slack : HUGE_VAL;
-  }
-  auto needsNoImage = [&](const double w[3]) {
-    return w[0] > noImageLo[0] && w[0] < noImageHi[0] && w[1] > noImageLo[1] && w[1] < noImageHi[1] &&
-      w[2] > noImageLo[2] && w[2] < noImageHi[2];
+    wrapPoint(ranges, w);
   };
   const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n)));
   std::vector<std::int64_t> perSlice(slices, 0);
@@ -119,20 +87,7 @@ ImageSource withImages(const Request& r, const Points& input, const double lo[3]
     {
       double w[3];
       wrappedPoint(j, w);
-      if (needsNoImage(w))
-      {
-        continue;
-      }
-      std::int64_t combos = 1;
-      bool self = true;
-      for (int a = 0; a < 3; ++a)
-      {
-        std::int64_t k0, k1;
-        range(w[a], a, k0, k1);
-        combos = std::min<std::int64_t>(maxPoints, combos * std::max<std::int64_t>(0, k1 - k0 + 1));
-        self = self && k0 <= 0 && 0 <= k1;
-      }
-      count = std::min<std::int64_t>(maxPoints, count + combos - (self ? 1 : 0));
+      count = std::min<std::int64_t>(maxPoints, count + imageCount(ranges, w));
     }
     perSlice[slice] = count;
   });
@@ -167,35 +122,11 @@ ImageSource withImages(const Request& r, const Points& input, const double lo[3]
       double w[3];
       wrappedPoint(j, w);
       std::copy(w, w + 3, xyz.begin() + 3 * j);
-      if (needsNoImage(w))
-      {
-        continue;
-      }
-      std::int64_t k0[3], k1[3];
-      for (int a = 0; a < 3; ++a)
-      {
-        range(w[a], a, k0[a], k1[a]);
-      }
-      for (std::int64_t kz = k0[2]; kz <= k1[2]; ++kz)
-      {
-        for (std::int64_t ky = k0[1]; ky <= k1[1]; ++ky)
-        {
-          for (std::int64_t kx = k0[0]; kx <= k1[0]; ++kx)
-          {
-            if (kx == 0 && ky == 0 && kz == 0)
-            {
-              continue;
-            }
-            const std::int64_t k[3] = { kx, ky, kz };
-            for (int a = 0; a < 3; ++a)
-            {
-              xyz[3 * next + a] = k[a] == 0 ? w[a] : w[a] + double(k[a]) * r.boxLengths[a];
-            }
-            original[next - n] = j;
-            ++next;
-          }
-        }
-      }
+      forEachImage(ranges, w, [&](const double x[3]) {
+        std::copy(x, x + 3, xyz.begin() + 3 * next);
+        original[next - n] = j;
+        ++next;
+      });
     }
   });
   return s;
@@ -409,17 +340,33 @@ void validatePeriodicBox(const Request& r)
 
 double wrapIntoBox(double x, double origin, double length)
 {
-  const double end = origin + length;
-  if (x >= origin && x < end)
+  return wrapCoordinate(x, origin, length);
+}
+
+PeriodicImages periodicImagesOf(const Request& r, const double lo[3], const double hi[3])
+{
+  PeriodicImages box;
+  for (int a = 0; a < 3; ++a)
   {
-    return x;
+    box.axes[a] = r.periodic[a];
+    box.origin[a] = r.boxOrigin[a];
+    box.lengths[a] = r.periodic[a] ? r.boxLengths[a] : 1.0;
+    box.lo[a] = lo[a];
+    box.hi[a] = hi[a];
   }
-  double w = x - length * std::floor((x - origin) / length);
-  if (w >= end)
+  box.radius = r.radius;
+  return box;
+}
+
+PeriodicImages periodicBoxOfParticles(const Request& r)
+{
+  double lo[3], hi[3];
+  for (int a = 0; a < 3; ++a)
   {
-    w -= length;
+    lo[a] = r.boxOrigin[a];
+    hi[a] = r.boxOrigin[a] + r.boxLengths[a];
   }
-  return w < origin ? origin : w; // rounding at the lower face
+  return periodicImagesOf(r, lo, hi);
 }
 
 Report runPeriodic(const Request& r, int threads, const OpenRun& openRun, PeriodicScratch& scratch)

@@ -6,6 +6,7 @@
 // the same way, and the pair decisions stay exact (double in the rounding band).
 #pragma once
 
+#include "Backend.h"
 #include "NeighborGrid/NeighborGrid.h"
 
 #include <cstdint>
@@ -27,6 +28,12 @@ void validatePeriodicBox(const Request& request);
 
 /// x wrapped into [origin, origin + length): unchanged when already inside.
 double wrapIntoBox(double x, double origin, double length);
+
+/// The box of `r` with results wanted within [lo, hi] (the box itself for particles).
+PeriodicImages periodicImagesOf(const Request& r, const double lo[3], const double hi[3]);
+
+/// The box of a request whose particles are the queries: images within R of the box.
+PeriodicImages periodicBoxOfParticles(const Request& r);
 
 /// Host memory kept from run to run (the source with its images), so that repeated runs do not
 /// fault fresh pages in.

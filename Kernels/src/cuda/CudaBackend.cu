@@ -13,13 +13,16 @@
 // Sizes: up to 2^31 - 2 points per run; every index into per-point arrays of more than one value
 // and every byte count is 64-bit. Before a run the backend adds up the device memory it will need
 // and says clearly when that does not fit (Engine::setDeviceMemoryLimit can lower the ceiling).
-// Host arrays cross PCIe through a ring of pinned slices, so host memory stays O(slice).
+// Host arrays cross PCIe through a ring of pinned slices filled and emptied by worker threads
+// (TransferRing.h), so host memory stays O(ring) and transfers run near the bus's speed.
 #include "../OperationPlan.h"
 #include "../Parallel.h"
 #include "../Slabs.h"
 #include "../Timer.h"
 #include "CudaRun.h"
 #include "Queries.cuh"
+#include "PeriodicImages.h"
+#include "TransferRing.h"
 
 #include <cub/block/block_reduce.cuh>
 
@@ -176,103 +179,6 @@ const DeviceInfo& probeDevice()
   return info;
 }
 
-/// Host arrays to and from the device through a ring of pinned slices: a slice is copied to or
-/// from pinned memory on several threads while others cross PCIe. Host memory: the ring only.
-class TransferRing
-{
-public:
-  static constexpr std::size_t sliceBytes = std::size_t(32) << 20;
-  static constexpr int slices = 4;
-
-  ~TransferRing()
-  {
-    for (cudaEvent_t e : events_)
-    {
-      if (e)
-      {
-        cudaEventDestroy(e);
-      }
-    }
-  }
-
-  void upload(void* device, const void* host, std::size_t bytes, cudaStream_t stream, const char* what)
-  {
-    createEvents();
-    char* ring = buffer_.ensure(sliceBytes * slices, "transfer ring (pinned host memory)");
-    const std::size_t chunks = (bytes + sliceBytes - 1) / sliceBytes;
-    for (std::size_t k = 0; k < chunks; ++k)
-    {
-      const int slot = static_cast<int>(k % slices);
-      const std::size_t offset = k * sliceBytes;
-      const std::size_t length = std::min(sliceBytes, bytes - offset);
-      NG_CUDA_CHECK(cudaEventSynchronize(events_[slot]), what); // the slot's previous copy is done
-      copy(ring + slot * sliceBytes, static_cast<const char*>(host) + offset, length);
-      NG_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(device) + offset, ring + slot * sliceBytes, length,
-                      cudaMemcpyHostToDevice, stream),
-        what);
-      NG_CUDA_CHECK(cudaEventRecord(events_[slot], stream), what);
-    }
-  }
-
-  void download(void* host, const void* device, std::size_t bytes, cudaStream_t stream, const char* what)
-  {
-    createEvents();
-    char* ring = buffer_.ensure(sliceBytes * slices, "transfer ring (pinned host memory)");
-    const std::size_t chunks = (bytes + sliceBytes - 1) / sliceBytes;
-    auto issue = [&](std::size_t k) {
-      const int slot = static_cast<int>(k % slices);
-      const std::size_t offset = k * sliceBytes;
-      NG_CUDA_CHECK(cudaMemcpyAsync(ring + slot * sliceBytes, static_cast<const char*>(device) + offset,
-                      std::min(sliceBytes, bytes - offset), cudaMemcpyDeviceToHost, stream),
-        what);
-      NG_CUDA_CHECK(cudaEventRecord(events_[slot], stream), what);
-    };
-    for (std::size_t k = 0; k < std::min<std::size_t>(chunks, slices); ++k)
-    {
-      issue(k);
-    }
-    for (std::size_t k = 0; k < chunks; ++k)
-    {
-      const int slot = static_cast<int>(k % slices);
-      const std::size_t offset = k * sliceBytes;
-      NG_CUDA_CHECK(cudaEventSynchronize(events_[slot]), what);
-      copy(static_cast<char*>(host) + offset, ring + slot * sliceBytes, std::min(sliceBytes, bytes - offset));
-      if (k + slices < chunks)
-      {
-        issue(k + slices);
-      }
-    }
-  }
-
-private:
-  /// On first use, not at construction: events belong to the device current then, which is the
-  /// backend's only once its constructor has selected it (an engine on device 1 of a node).
-  void createEvents()
-  {
-    for (cudaEvent_t& e : events_)
-    {
-      if (!e)
-      {
-        NG_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-      }
-    }
-  }
-
-  void copy(char* to, const char* from, std::size_t bytes)
-  {
-    const int threads = bytes >= (std::size_t(4) << 20) ? copyThreads_ : 1;
-    parallelSlices(threads, std::int64_t(threads), [&](int, std::int64_t begin, std::int64_t end) {
-      const std::size_t first = bytes * std::size_t(begin) / threads;
-      const std::size_t last = bytes * std::size_t(end) / threads;
-      std::memcpy(to + first, from + first, last - first);
-    });
-  }
-
-  int copyThreads_ = static_cast<int>(std::max(1u, std::min(8u, std::thread::hardware_concurrency())));
-  PinnedBuffer<char> buffer_;
-  cudaEvent_t events_[slices] = {};
-};
-
 class CudaBackend final : public BackendImplementation
 {
 public:
@@ -280,7 +186,7 @@ public:
     : memoryLimit_(memoryLimit), deviceRaw_(inputPool_), boundsPartial_(pool_), firstBad_(pool_), mass_(pool_),
       values_(pool_), smoothed_(pool_), density_(pool_), count_(pool_), orderedDensity_(pool_), gathered_(pool_),
       decided_(pool_), valid_(pool_), queryRaw_(pool_), sourceRadii_(pool_), orderedRadii_(pool_),
-      queryRadii_(pool_), queryValues_(pool_), radiusSums_(pool_)
+      queryRadii_(pool_), queryValues_(pool_), radiusSums_(pool_), images_(inputPool_)
   {
     if (device >= 0)
     {
@@ -334,18 +240,33 @@ public:
     transfers_.upload(raw, points.xyz, bytes, stream_, "uploading coordinates");
     input_ = InputPoints{ raw, points.type == ScalarType::Float64 };
 
+    findBounds(raw, element == sizeof(double), n, points, problem);
+    if (problem.imagesByBackend)
+    {
+      makeImages(raw, element == sizeof(double), n, points, problem);
+    }
+    else
+    {
+      images_.release();
+    }
+  }
+
+  /// The bounds (problem.lo, problem.hi) of n points on the device, and the non-finite check,
+  /// which names the caller's point.
+  void findBounds(const void* xyz, bool isDouble, std::int64_t n, const Points& caller, Problem& problem)
+  {
     const int blocks = static_cast<int>(std::min<std::int64_t>(4 * device_.multiprocessors, (n + boundsThreads - 1) / boundsThreads));
     double* partial = boundsPartial_.ensure(6 * std::size_t(blocks) + 6, "coordinate bounds");
     double* bounds = partial + 6 * blocks;
     unsigned long long* firstBad = firstBad_.ensure(1, "non-finite check");
     NG_CUDA_CHECK(cudaMemsetAsync(firstBad, 0xff, sizeof(unsigned long long), stream_), "clearing the non-finite check");
-    if (element == sizeof(float))
+    if (!isDouble)
     {
-      coordinateBoundsPartial<<<blocks, boundsThreads, 0, stream_>>>(reinterpret_cast<const float*>(raw), n, partial, firstBad);
+      coordinateBoundsPartial<<<blocks, boundsThreads, 0, stream_>>>(static_cast<const float*>(xyz), n, partial, firstBad);
     }
     else
     {
-      coordinateBoundsPartial<<<blocks, boundsThreads, 0, stream_>>>(reinterpret_cast<const double*>(raw), n, partial, firstBad);
+      coordinateBoundsPartial<<<blocks, boundsThreads, 0, stream_>>>(static_cast<const double*>(xyz), n, partial, firstBad);
     }
     NG_CUDA_CHECK_LAUNCH("coordinateBoundsPartial");
     coordinateBoundsFinal<<<1, 32, 0, stream_>>>(partial, blocks, bounds);
@@ -363,13 +284,42 @@ public:
     NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "finding the bounds");
     if (result->firstBad != ~0ull)
     {
-      failNonFinitePoint(points, static_cast<std::int64_t>(result->firstBad));
+      failNonFinitePoint(caller, static_cast<std::int64_t>(result->firstBad));
     }
     for (int a = 0; a < 3; ++a)
     {
       problem.lo[a] = result->bounds[a];
       problem.hi[a] = result->bounds[3 + a];
     }
+  }
+
+  /// Particles as their own queries, and operations whose images need nothing of their particle
+  /// but its masses and values. SPH smoothing's density pass (an image takes its particle's rho),
+  /// probes and grids keep the host's images (Periodic.cxx).
+  bool makesPeriodicImages(const Problem& p) const override
+  {
+    return !p.queries.separate && !p.radiusPass && p.operation != Operation::Gradient &&
+      !(p.operation == Operation::Smoothing && p.normalization == Normalization::SPH && !p.sphWeightsGiven);
+  }
+
+  /// The wrapped particles and their images (PeriodicImages.h) become the run's particles; the
+  /// bounds are theirs. Throws DoesNotFit before any output is written when they do not fit one run.
+  void makeImages(const char* raw, bool isDouble, std::int64_t n, const Points& caller, Problem& problem)
+  {
+    const std::int64_t images = images_.count(raw, isDouble, n, problem.box, stream_);
+    if (n + images > maxPointsPerRun)
+    {
+      throw DoesNotFit("NeighborGrid: " + std::to_string(n) + " particles and their " + std::to_string(images) +
+          " periodic images exceed one run",
+        0, 0);
+    }
+    checkFits(DeviceImages::bytesFor(n, images), std::int64_t(deviceRaw_.bytes()), n + images,
+      "the particles wrapped into the periodic box and their images");
+    images_.write(raw, isDouble, n, images, stream_);
+    problem.images = images;
+    problem.count = n + images;
+    input_ = InputPoints{ images_.coordinates(), true };
+    findBounds(images_.coordinates(), true, n + images, caller, problem);
   }
 
   void run(const Problem& problem, Report& report) override
@@ -591,7 +541,7 @@ public:
   void finishOutputs()
   {
     const Problem& p = *problem_;
-    const std::size_t n = static_cast<std::size_t>(p.resultCount());
+    const std::size_t n = static_cast<std::size_t>(p.returnedCount()); // not the images' results
     struct Download
     {
       const void* device;
@@ -770,7 +720,9 @@ private:
     {
       list << (k ? ", " : "") << formatBytes(double(parts[k].bytes)) << " " << parts[k].what;
     }
-    checkFits(needed, std::int64_t(deviceRaw_.bytes()), p.count, list.str());
+    // Resident: the coordinates, and the periodic images made from them.
+    const std::int64_t resident = std::int64_t(deviceRaw_.bytes()) + (p.images > 0 ? images_.heldBytes() : 0);
+    checkFits(needed, resident, p.count, list.str());
   }
 
   std::int64_t bytesNeeded(const Problem& p) override
@@ -894,10 +846,13 @@ private:
   void uploadArrays()
   {
     const Problem& p = *problem_;
-    const std::size_t n = static_cast<std::size_t>(p.count);
+    const std::size_t n = static_cast<std::size_t>(p.count); // with the periodic images made here
+    const std::size_t given = n - static_cast<std::size_t>(p.images);
     if (p.usesMass() && p.mass)
     {
-      transfers_.upload(mass_.ensure(n, "masses"), p.mass, n * sizeof(float), stream_, "uploading masses");
+      float* mass = mass_.ensure(n, "masses");
+      transfers_.upload(mass, p.mass, given * sizeof(float), stream_, "uploading masses");
+      images_.extend(mass, 1, std::int64_t(given), p.images, stream_);
     }
     valueOffsets_.clear();
     if (p.operation == Operation::Smoothing)
@@ -920,8 +875,9 @@ private:
       for (std::size_t a = 0; a < p.smoothed->size(); ++a)
       {
         const auto& array = (*p.smoothed)[a];
-        transfers_.upload(deviceValues + valueOffsets_[a], array.values, n * std::size_t(array.components) * sizeof(float),
+        transfers_.upload(deviceValues + valueOffsets_[a], array.values, given * std::size_t(array.components) * sizeof(float),
           stream_, "uploading arrays to smooth");
+        images_.extend(deviceValues + valueOffsets_[a], array.components, std::int64_t(given), p.images, stream_);
       }
     }
   }
@@ -1003,6 +959,7 @@ private:
   DeviceBuffer<float> queryRadii_;
   DeviceBuffer<float> queryValues_;
   DeviceBuffer<float> radiusSums_;
+  DeviceImages images_; // periodic images made here (Problem::imagesByBackend), with the coordinates
   std::unique_ptr<CudaMethod> methods_[8];
 };
 
