@@ -26,8 +26,10 @@ namespace detail
 class TransferRing
 {
 public:
-  static constexpr std::size_t sliceBytes = std::size_t(2) << 20;
-  static constexpr int slots = 32; // 64 MiB of pinned memory
+  // Small slices start the DMA early (the first waits for one slice's copy) and end it early (the
+  // last copy out follows the last slice); 48 of them keep every worker busy.
+  static constexpr std::size_t sliceBytes = std::size_t(1) << 20;
+  static constexpr int slots = 48; // 48 MiB of pinned memory
 
   TransferRing() = default;
   TransferRing(const TransferRing&) = delete;
