@@ -601,9 +601,10 @@ detail::Problem Engine::Impl::makeProblem(const Request& request, const detail::
 
 bool Engine::Impl::backendMakesImages(const Request& request)
 {
-  if (hasSeparateSource(request) || request.points.count > detail::maxPointsPerRun)
+  if (hasSeparateSource(request) || request.points.count > detail::maxPointsPerRun ||
+    detail::expectedImagesPerParticle(request) > detail::imagesPerParticleForQueries)
   {
-    return false;
+    return false; // the host's images: probes and grids, or R near the box lengths (Periodic.h)
   }
   Backend backend;
   std::string reason;

@@ -313,6 +313,37 @@ Report runParticlesWithImages(const Request& r, const ImageSource& source, const
   return merged;
 }
 
+/// Particles with far more images than themselves: their results as a probe of the particles at
+/// their own positions (queries over the particles and their images), each point's count less
+/// the point itself (at distance 0, always within R). Density and smoothing count the point, as
+/// a particle's do.
+Report runParticlesAsQueries(const Request& r, int threads, const OpenRun& openRun, PeriodicScratch& scratch)
+{
+  Request probe = r;
+  probe.source = r.points;
+  probe.valid = nullptr;
+  Report report = runPeriodic(probe, threads, openRun, scratch);
+  if (r.neighborCount)
+  {
+    const std::int64_t n = r.points.count;
+    std::vector<std::int64_t> sums(static_cast<std::size_t>(std::max(1, threads)), 0);
+    parallelSlices(threads, n, [&](int slice, std::int64_t begin, std::int64_t end) {
+      std::int64_t sum = 0;
+      for (std::int64_t i = begin; i < end; ++i)
+      {
+        sum += --r.neighborCount[i];
+      }
+      sums[static_cast<std::size_t>(slice)] = sum;
+    });
+    report.neighborPairs = 0;
+    for (std::int64_t s : sums)
+    {
+      report.neighborPairs += s;
+    }
+  }
+  return report;
+}
+
 } // namespace
 
 bool isPeriodic(const Request& r)
@@ -358,6 +389,19 @@ PeriodicImages periodicImagesOf(const Request& r, const double lo[3], const doub
   return box;
 }
 
+double expectedImagesPerParticle(const Request& r)
+{
+  double copies = 1.0;
+  for (int a = 0; a < 3; ++a)
+  {
+    if (r.periodic[a])
+    {
+      copies *= 1.0 + 2.0 * r.radius / r.boxLengths[a];
+    }
+  }
+  return copies - 1.0;
+}
+
 PeriodicImages periodicBoxOfParticles(const Request& r)
 {
   double lo[3], hi[3];
@@ -371,8 +415,12 @@ PeriodicImages periodicBoxOfParticles(const Request& r)
 
 Report runPeriodic(const Request& r, int threads, const OpenRun& openRun, PeriodicScratch& scratch)
 {
-  Timer timer;
   const bool separate = hasSeparateSource(r);
+  if (!separate && expectedImagesPerParticle(r) > imagesPerParticleForQueries)
+  {
+    return runParticlesAsQueries(r, threads, openRun, scratch);
+  }
+  Timer timer;
   const Points& particles = separate ? r.source : r.points;
 
   // Where results are wanted: the box, or a grid's bounds where the grid is not wrapped.

@@ -35,6 +35,15 @@ PeriodicImages periodicImagesOf(const Request& r, const double lo[3], const doub
 /// The box of a request whose particles are the queries: images within R of the box.
 PeriodicImages periodicBoxOfParticles(const Request& r);
 
+/// About how many images each particle has, from R and the box lengths alone: the product over
+/// the periodic axes of (1 + 2R / L), less the particle itself.
+double expectedImagesPerParticle(const Request& r);
+
+/// Above this many images per particle (R near or beyond the box lengths), results are computed
+/// at the particles only, as queries over the particles and their images, instead of at every
+/// image too (whose results are dropped): the work then scales with the pairs.
+constexpr double imagesPerParticleForQueries = 2.0;
+
 /// Host memory kept from run to run (the source with its images), so that repeated runs do not
 /// fault fresh pages in.
 struct PeriodicScratch
