@@ -113,6 +113,31 @@ __global__ void divideWeightsKernel(Particle* __restrict__ particles, int n, con
   }
 }
 
+/// byInput[input index] = ordered[method order].
+__global__ void scatterToInputKernel(const float* __restrict__ ordered, int n, const std::int32_t* __restrict__ orderToInput,
+  float* __restrict__ byInput)
+{
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s < n)
+  {
+    byInput[orderToInput ? orderToInput[s] : s] = ordered[s];
+  }
+}
+
+/// Periodic images made on the device: an image (input index >= particles) takes its particle's
+/// density, in method order.
+__global__ void imagesTakeParticleDensityKernel(const float* __restrict__ ordered, int n, int particles,
+  const std::int32_t* __restrict__ orderToInput, const std::int32_t* __restrict__ imageOf,
+  const float* __restrict__ byInput, float* __restrict__ fixed)
+{
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s < n)
+  {
+    const int i = orderToInput ? orderToInput[s] : s;
+    fixed[s] = i >= particles ? byInput[imageOf[i - particles]] : ordered[s];
+  }
+}
+
 __global__ void gatherKernel(const float* __restrict__ values, int components, int first, int count, int n,
   const std::int32_t* __restrict__ orderToInput, float* __restrict__ gathered)
 {
@@ -186,7 +211,7 @@ public:
     : memoryLimit_(memoryLimit), deviceRaw_(inputPool_), boundsPartial_(pool_), firstBad_(pool_), mass_(pool_),
       values_(pool_), smoothed_(pool_), density_(pool_), count_(pool_), orderedDensity_(pool_), gathered_(pool_),
       decided_(pool_), valid_(pool_), queryRaw_(pool_), sourceRadii_(pool_), orderedRadii_(pool_),
-      queryRadii_(pool_), queryValues_(pool_), radiusSums_(pool_), images_(inputPool_)
+      queryRadii_(pool_), queryValues_(pool_), radiusSums_(pool_), imageDensity_(pool_), images_(inputPool_)
   {
     if (device >= 0)
     {
@@ -293,13 +318,11 @@ public:
     }
   }
 
-  /// Particles as their own queries, and operations whose images need nothing of their particle
-  /// but its masses and values. SPH smoothing's density pass (an image takes its particle's rho),
-  /// probes and grids keep the host's images (Periodic.cxx).
+  /// Particles as their own queries (count, density, Shepard and SPH smoothing). Probes and grids
+  /// keep the host's images (Periodic.cxx); radii and gradients are not periodic yet.
   bool makesPeriodicImages(const Problem& p) const override
   {
-    return !p.queries.separate && !p.radiusPass && p.operation != Operation::Gradient &&
-      !(p.operation == Operation::Smoothing && p.normalization == Normalization::SPH && !p.sphWeightsGiven);
+    return !p.queries.separate && !p.radiusPass && p.operation != Operation::Gradient;
   }
 
   /// The wrapped particles and their images (PeriodicImages.h) become the run's particles; the
@@ -389,6 +412,18 @@ public:
   void divideWeightsByDensity(const float* orderedDensity)
   {
     const int n = static_cast<int>(problem_->count);
+    if (problem_->images > 0)
+    {
+      // An image's own neighborhood is cut off at the images' outer edge: it weighs m / rho of
+      // its particle, as the host's images do (Periodic.cxx, sphWeights).
+      const int particles = static_cast<int>(problem_->count - problem_->images);
+      float* scratch = imageDensity_.ensure(2 * std::size_t(n), "densities of the periodic images");
+      scatterToInputKernel<<<blocksFor(n), 256, 0, stream_>>>(orderedDensity, n, method_->orderToInput(), scratch);
+      imagesTakeParticleDensityKernel<<<blocksFor(n), 256, 0, stream_>>>(orderedDensity, n, particles,
+        method_->orderToInput(), images_.imageOf(), scratch, scratch + n);
+      NG_CUDA_CHECK_LAUNCH("images take their particles' density");
+      orderedDensity = scratch + n;
+    }
     divideWeightsKernel<<<blocksFor(n), 256, 0, stream_>>>(method_->particles(), n, orderedDensity);
     NG_CUDA_CHECK_LAUNCH("divideWeightsByDensity");
   }
@@ -975,6 +1010,7 @@ private:
   DeviceBuffer<float> queryRadii_;
   DeviceBuffer<float> queryValues_;
   DeviceBuffer<float> radiusSums_;
+  DeviceBuffer<float> imageDensity_;
   DeviceImages images_; // periodic images made here (Problem::imagesByBackend), with the coordinates
   std::unique_ptr<CudaMethod> methods_[8];
 };

@@ -23,6 +23,8 @@ public:
   /// The n wrapped points, then the images: (n + images) x 3 doubles, and per image its particle.
   void write(const void* raw, bool isDouble, std::int64_t n, std::int64_t images, cudaStream_t stream);
   const double* coordinates() const { return coordinates_.get(); }
+  /// Per image, the index of its particle.
+  const std::int32_t* imageOf() const { return imageOf_.get(); }
   /// values: (particles + images) x components floats, the particles' filled; fills the images'.
   void extend(float* values, int components, std::int64_t particles, std::int64_t images, cudaStream_t stream) const;
   std::int64_t heldBytes() const
