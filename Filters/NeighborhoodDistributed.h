@@ -48,7 +48,9 @@ struct DistributedSummary
   std::int64_t haloSent = 0;     // particle copies sent to other ranks
   std::int64_t ghostPoints = 0;  // input points flagged DUPLICATEPOINT (results by query)
   int cudaDevice = -1;           // the device this rank took (node-local rank modulo devices)
-  double prologueMilliseconds = 0.0; // ownership, regions, halo choice, the extended set (parallel)
+  // This rank's own work around the exchange, waits for other ranks excluded: ownership, region,
+  // halo choice, the extended set (on all cores).
+  double prologueMilliseconds = 0.0;
   double exchangeMilliseconds = 0.0;
 };
 
