@@ -9,6 +9,7 @@
 // Brute Force: every pair, in double; for validation.
 // Buffers are members, reused across calls; nothing is allocated per point or per neighbor.
 #include "Backend.h"
+#include "CpuPairLoops.h"
 #include "HostSort.h"
 #include "OperationPlan.h"
 #include "Parallel.h"
@@ -30,11 +31,25 @@ namespace detail
 namespace
 {
 
-/// A neighboring cell as one point of a cell sees it: its points and the offset of its frame.
-struct NeighborRange
+/// A search thread's buffers for one cell: its neighborhood and the float test's results per point.
+struct CellScratch
 {
-  std::int64_t begin, end;
-  float dx, dy, dz;
+  Neighborhood around;
+  std::vector<std::int32_t> counts;
+  std::vector<float> sums, carries, distances;
+  std::vector<std::uint8_t> band;
+
+  void resize(std::int64_t points)
+  {
+    const std::size_t n = static_cast<std::size_t>(points);
+    if (band.size() < n)
+    {
+      counts.resize(n);
+      sums.resize(n);
+      carries.resize(n);
+      band.resize(n);
+    }
+  }
 };
 
 class CpuBackend final : public BackendImplementation
@@ -561,74 +576,146 @@ private:
     }
   }
 
+  /// The cells in parallel: each gathers its neighborhood once, then all of its points test all
+  /// of it in the vectorized loops (CpuPairLoops.h).
   template <class Op>
   void searchCells(const Op& op, const char* stage, double from, double to, std::atomic<std::int64_t>& decided)
   {
     const std::int64_t cells = static_cast<std::int64_t>(cellStart_.size()) - 1;
     const std::int64_t perCell = std::max<std::int64_t>(1, problem_->count / std::max<std::int64_t>(1, cells));
     const std::int64_t grain = std::max<std::int64_t>(1, 2048 / perCell);
-    const Particle* particles = ordered_.data();
-    const PairTest test = pairTest_;
     parallelFor(threads_, cells, grain, problem_->progress, from, to, stage,
       [&](std::int64_t begin, std::int64_t end) {
+        CellScratch scratch;
         std::int64_t decidedHere = 0;
-        NeighborRange ranges[27];
         for (std::int64_t k = begin; k < end; ++k)
         {
-          // The cells around cell k, looked up once for all of its points.
-          const double* c = &cellCoordinates_[3 * k];
-          int count = 0;
-          for (int dz = -1; dz <= 1; ++dz)
-          {
-            for (int dy = -1; dy <= 1; ++dy)
-            {
-              for (int dx = -1; dx <= 1; ++dx)
-              {
-                double neighbor[3];
-                if (!offsetCell(c, dx, dy, dz, neighbor))
-                {
-                  continue;
-                }
-                const int cell = lookup_.find(layout_, neighbor);
-                if (cell >= 0)
-                {
-                  ranges[count++] = NeighborRange{ cellStart_[cell], cellStart_[cell + 1], float(dx), float(dy), float(dz) };
-                }
-              }
-            }
-          }
-          for (std::int64_t s = cellStart_[k]; s < cellStart_[k + 1]; ++s)
-          {
-            const Particle pi = particles[s];
-            RegisterSums<Op> acc;
-            for (int r = 0; r < count; ++r)
-            {
-              // Frame of the neighbor cell: the query moves by minus the cell offset.
-              const Particle q{ pi.x - ranges[r].dx, pi.y - ranges[r].dy, pi.z - ranges[r].dz, pi.w };
-              for (std::int64_t j = ranges[r].begin; j < ranges[r].end; ++j)
-              {
-                float r2 = squaredDistance(q, particles[j]);
-                const int verdict = test.classify(r2);
-                if (verdict == 0)
-                {
-                  continue;
-                }
-                if (verdict < 0)
-                {
-                  ++decidedHere;
-                  if (!test.exact(orderToInput_[s], orderToInput_[j], r2))
-                  {
-                    continue;
-                  }
-                }
-                acc.add(op, static_cast<int>(j), particles[j], r2);
-              }
-            }
-            acc.finish(op, static_cast<int>(s), orderToInput_[s]);
-          }
+          gatherNeighborhood(k, scratch.around);
+          decidedHere += sumCell(op, k, scratch);
         }
         decided += decidedHere;
       });
+  }
+
+  /// The points of the 27 cells around cell k (those that exist), in k's frame.
+  void gatherNeighborhood(std::int64_t k, Neighborhood& around) const
+  {
+    const double* c = &cellCoordinates_[3 * k];
+    around.clear();
+    for (int dz = -1; dz <= 1; ++dz)
+    {
+      for (int dy = -1; dy <= 1; ++dy)
+      {
+        for (int dx = -1; dx <= 1; ++dx)
+        {
+          double neighbor[3];
+          if (!offsetCell(c, dx, dy, dz, neighbor))
+          {
+            continue;
+          }
+          const int cell = lookup_.find(layout_, neighbor);
+          if (cell >= 0)
+          {
+            around.append(ordered_.data(), cellStart_[cell], cellStart_[cell + 1], float(dx), float(dy), float(dz));
+          }
+        }
+      }
+    }
+    around.pad();
+  }
+
+  /// Cell k's points against its gathered neighborhood: the float test in the vectorized loops
+  /// (count and density; other operations through their pair terms), then the pairs within
+  /// rounding of R in double. Returns the pairs decided in double.
+  template <class Op>
+  std::int64_t sumCell(const Op& op, std::int64_t k, CellScratch& scratch) const
+  {
+    constexpr bool isCount = std::is_same<Op, CountOperation>::value;
+    constexpr bool isDensity = std::is_same<Op, DensityOperation>::value;
+    const std::int64_t first = cellStart_[k];
+    const std::int64_t count = cellStart_[k + 1] - first;
+    scratch.resize(count);
+    const CellPairs cell{ &scratch.around, ordered_.data() + first, count, pairTest_.accept, pairTest_.reject,
+      scratch.band.data() };
+    if constexpr (isCount)
+    {
+      countClearlyInside(cell, scratch.counts.data());
+    }
+    else if constexpr (isDensity)
+    {
+      densityClearlyInside(cell, op.kernel, scratch.sums.data(), scratch.carries.data());
+    }
+    std::int64_t decided = 0;
+    for (std::int64_t i = 0; i < count; ++i)
+    {
+      const std::int64_t s = first + i;
+      RegisterSums<Op> acc;
+      if constexpr (isCount)
+      {
+        acc.sum[0] = scratch.counts[i];
+      }
+      else if constexpr (isDensity)
+      {
+        acc.sum[0] = scratch.sums[i];
+        acc.carry[0] = scratch.carries[i];
+      }
+      else
+      {
+        scratch.band[i] = addClearlyInside(op, s, scratch, acc);
+      }
+      if (scratch.band[i])
+      {
+        decided += addUncertainPairs(op, s, scratch.around, acc);
+      }
+      acc.finish(op, static_cast<int>(s), orderToInput_[s]);
+    }
+    return decided;
+  }
+
+  /// Operations other than count and density: the pair terms of the pairs of point s clearly
+  /// inside R. Returns whether any pair needs the double decision.
+  template <class Op>
+  bool addClearlyInside(const Op& op, std::int64_t s, CellScratch& scratch, RegisterSums<Op>& acc) const
+  {
+    const Neighborhood& around = scratch.around;
+    scratch.distances.resize(static_cast<std::size_t>(around.padded));
+    const float* r2 = scratch.distances.data();
+    squaredDistances(around, ordered_[s], scratch.distances.data());
+    bool band = false;
+    for (std::int64_t j = 0; j < around.size; ++j)
+    {
+      if (r2[j] < pairTest_.accept)
+      {
+        const std::int32_t t = around.index[j];
+        acc.add(op, t, ordered_[t], r2[j]);
+      }
+      band |= uncertain(r2[j], pairTest_);
+    }
+    return band;
+  }
+
+  /// The pairs of point s that the float test left open, decided in double (rare: a few per
+  /// million pairs, or every pair of a point in a huge cell).
+  template <class Op>
+  std::int64_t addUncertainPairs(const Op& op, std::int64_t s, const Neighborhood& around, RegisterSums<Op>& acc) const
+  {
+    const Particle& p = ordered_[s];
+    std::int64_t decided = 0;
+    for (std::int64_t j = 0; j < around.size; ++j)
+    {
+      float r2 = frameSquared(p.x - around.x[j], p.y - around.y[j], p.z - around.z[j]);
+      if (!uncertain(r2, pairTest_))
+      {
+        continue;
+      }
+      ++decided;
+      const std::int32_t t = around.index[j];
+      if (pairTest_.exact(orderToInput_[s], orderToInput_[t], r2))
+      {
+        acc.add(op, t, ordered_[t], r2);
+      }
+    }
+    return decided;
   }
 
   template <class Op>
