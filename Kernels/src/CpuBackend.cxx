@@ -590,18 +590,19 @@ private:
         std::int64_t decidedHere = 0;
         for (std::int64_t k = begin; k < end; ++k)
         {
-          gatherNeighborhood(k, scratch.around);
+          gatherNeighborhood(k, std::is_same<Op, DensityOperation>::value, scratch.around);
           decidedHere += sumCell(op, k, scratch);
         }
         decided += decidedHere;
       });
   }
 
-  /// The points of the 27 cells around cell k (those that exist), in k's frame.
-  void gatherNeighborhood(std::int64_t k, Neighborhood& around) const
+  /// The points of the 27 cells around cell k (those that exist), in k's frame; their weights
+  /// where the vectorized loop reads them (density).
+  void gatherNeighborhood(std::int64_t k, bool weights, Neighborhood& around) const
   {
     const double* c = &cellCoordinates_[3 * k];
-    around.clear();
+    around.clear(weights);
     for (int dz = -1; dz <= 1; ++dz)
     {
       for (int dy = -1; dy <= 1; ++dy)
@@ -682,15 +683,13 @@ private:
     const float* r2 = scratch.distances.data();
     squaredDistances(around, ordered_[s], scratch.distances.data());
     bool band = false;
-    for (std::int64_t j = 0; j < around.size; ++j)
-    {
+    around.forEachPoint([&](std::int64_t j, std::int64_t t) {
       if (r2[j] < pairTest_.accept)
       {
-        const std::int32_t t = around.index[j];
-        acc.add(op, t, ordered_[t], r2[j]);
+        acc.add(op, static_cast<int>(t), ordered_[t], r2[j]);
       }
       band |= uncertain(r2[j], pairTest_);
-    }
+    });
     return band;
   }
 
@@ -701,20 +700,18 @@ private:
   {
     const Particle& p = ordered_[s];
     std::int64_t decided = 0;
-    for (std::int64_t j = 0; j < around.size; ++j)
-    {
+    around.forEachPoint([&](std::int64_t j, std::int64_t t) {
       float r2 = frameSquared(p.x - around.x[j], p.y - around.y[j], p.z - around.z[j]);
       if (!uncertain(r2, pairTest_))
       {
-        continue;
+        return;
       }
       ++decided;
-      const std::int32_t t = around.index[j];
       if (pairTest_.exact(orderToInput_[s], orderToInput_[t], r2))
       {
-        acc.add(op, t, ordered_[t], r2);
+        acc.add(op, static_cast<int>(t), ordered_[t], r2);
       }
-    }
+    });
     return decided;
   }
 

@@ -30,39 +30,84 @@ constexpr int pairLanes = 16;
 /// Where padding points sit: far outside any radius in frame units, and finite when squared.
 constexpr float farAway = 1e18f;
 
-/// A cell's neighborhood in structure-of-arrays form, padded to a multiple of pairLanes.
+/// n points (x, y, z, w each) into separate arrays, shifted by (dx, dy, dz); weights only where
+/// w is given. Pointers that do not alias, so the loop vectorizes.
+inline void shiftInto(const float* __restrict from, std::int32_t n, float dx, float dy, float dz, float* __restrict x,
+  float* __restrict y, float* __restrict z, float* __restrict w)
+{
+  for (std::int32_t j = 0; j < n; ++j)
+  {
+    x[j] = from[4 * j] + dx;
+    y[j] = from[4 * j + 1] + dy;
+    z[j] = from[4 * j + 2] + dz;
+  }
+  if (w)
+  {
+    for (std::int32_t j = 0; j < n; ++j)
+    {
+      w[j] = from[4 * j + 3];
+    }
+  }
+}
+
+/// A cell's neighborhood in structure-of-arrays form, padded to a multiple of pairLanes: the
+/// points of up to 27 cells, each cell a run of consecutive sorted points.
 struct Neighborhood
 {
-  std::vector<float> x, y, z, w;
-  std::vector<std::int32_t> index; // position in the sorted order
-  std::int64_t size = 0;           // points, without the padding
-  std::int64_t padded = 0;         // points with the padding
+  struct Run
+  {
+    std::int64_t at;     // position of the run's first point in the arrays
+    std::int64_t sorted; // its position in the sorted order
+  };
+  std::vector<float> x, y, z, w; // w only when gathered with weights
+  Run runs[28];                   // 27 cells at most, and an end marker
+  int runCount = 0;
+  bool weights = false;
+  std::int64_t size = 0;   // points, without the padding
+  std::int64_t padded = 0; // points with the padding
 
-  void clear() { size = padded = 0; }
+  void clear(bool withWeights)
+  {
+    size = padded = 0;
+    runCount = 0;
+    weights = withWeights;
+  }
 
   /// Adds sorted points [begin, end), whose cell lies at offset (dx, dy, dz) from this one.
   void append(const Particle* particles, std::int64_t begin, std::int64_t end, float dx, float dy, float dz)
   {
     reserve(size + (end - begin) + pairLanes);
-    for (std::int64_t j = begin; j < end; ++j, ++size)
-    {
-      x[size] = particles[j].x + dx;
-      y[size] = particles[j].y + dy;
-      z[size] = particles[j].z + dz;
-      w[size] = particles[j].w;
-      index[size] = static_cast<std::int32_t>(j);
-    }
+    runs[runCount++] = Run{ size, begin };
+    shiftInto(&particles[begin].x, static_cast<std::int32_t>(end - begin), dx, dy, dz, x.data() + size,
+      y.data() + size, z.data() + size, weights ? w.data() + size : nullptr);
+    size += end - begin;
   }
 
   /// Pads to a multiple of pairLanes with weightless points far away.
   void pad()
   {
+    runs[runCount] = Run{ size, 0 };
     padded = (size + pairLanes - 1) / pairLanes * pairLanes;
     for (std::int64_t j = size; j < padded; ++j)
     {
       x[j] = y[j] = z[j] = farAway;
-      w[j] = 0.0f;
-      index[j] = 0;
+      if (weights)
+      {
+        w[j] = 0.0f;
+      }
+    }
+  }
+
+  /// visit(position in the arrays, position in the sorted order) for every point.
+  template <class Visit>
+  void forEachPoint(Visit visit) const
+  {
+    for (int r = 0; r < runCount; ++r)
+    {
+      for (std::int64_t at = runs[r].at; at < runs[r + 1].at; ++at)
+      {
+        visit(at, runs[r].sorted + (at - runs[r].at));
+      }
     }
   }
 
@@ -76,7 +121,6 @@ private:
       {
         v->resize(grown);
       }
-      index.resize(grown);
     }
   }
 };
