@@ -3,11 +3,14 @@
 // Counting Sort: points are sorted by the key of their cell (CellGrid.h: cells of size R keyed by
 // their integer coordinates, occupied cells only), with a stable LSD radix sort, one counting sort
 // per 8 bits of key (keys wider than 64 bits: a comparison sort). A hash table finds a cell from
-// its key. The search takes the cells in parallel: for each cell the 27 cells around it are looked
-// up once, then every point of the cell tests their points in float frame coordinates, the few
-// pairs within rounding of R in double (PairTest.h).
+// its key. The search takes the cells in parallel. Each cell finds the 27 cells around it once
+// (neighbor keys by key arithmetic) and copies their points into one block of arrays x, y, z (w)
+// in its own frame; then all of its points test the whole block in branch-free loops that the
+// compiler vectorizes (CpuPairLoops.h: SSE2, AVX2 or AVX-512 as the processor allows). The few
+// pairs within rounding of R are decided in double (PairTest.h). Separate queries (probe points,
+// grids) still look up the 27 cells around each query.
 // Brute Force: every pair, in double; for validation.
-// Buffers are members, reused across calls; nothing is allocated per point or per neighbor.
+// Buffers are members or per search thread, reused; nothing is allocated per point or per neighbor.
 #include "Backend.h"
 #include "CpuPairLoops.h"
 #include "HostSort.h"
@@ -601,28 +604,74 @@ private:
   /// where the vectorized loop reads them (density).
   void gatherNeighborhood(std::int64_t k, bool weights, Neighborhood& around) const
   {
-    const double* c = &cellCoordinates_[3 * k];
     around.clear(weights);
+    forEachNeighborCell(k, [&](int cell, int dx, int dy, int dz) {
+      around.append(ordered_.data(), cellStart_[cell], cellStart_[cell + 1], float(dx), float(dy), float(dz));
+    });
+    around.pad();
+  }
+
+  /// visit(cell, dx, dy, dz) for each existing cell at offset (dx, dy, dz) from cell k. Bits keys
+  /// find their neighbors by key arithmetic (a neighbor's key is k's plus the offset in each
+  /// field), wide keys through their coordinates.
+  template <class Visit>
+  void forEachNeighborCell(std::int64_t k, Visit visit) const
+  {
+    if (layout_.mode == KeyMode::Wide)
+    {
+      const double* c = &cellCoordinates_[3 * k];
+      forEachOffset([&](int dx, int dy, int dz) {
+        double neighbor[3];
+        const int cell = offsetCell(c, dx, dy, dz, neighbor) ? lookup_.find(layout_, neighbor) : -1;
+        if (cell >= 0)
+        {
+          visit(cell, dx, dy, dz);
+        }
+      });
+      return;
+    }
+    const std::uint64_t key = keys_[cellStart_[k]];
+    std::int64_t field[3], span[3];
+    std::uint64_t unit[3];
+    const int next[3] = { layout_.shift[1], layout_.shift[2], layout_.bits };
+    for (int a = 0; a < 3; ++a)
+    {
+      unit[a] = std::uint64_t(1) << layout_.shift[a];
+      field[a] = static_cast<std::int64_t>((key >> layout_.shift[a]) & ((std::uint64_t(1) << (next[a] - layout_.shift[a])) - 1));
+      span[a] = static_cast<std::int64_t>(layout_.span[a]);
+    }
+    forEachOffset([&](int dx, int dy, int dz) {
+      const int d[3] = { dx, dy, dz };
+      std::uint64_t neighbor = key;
+      for (int a = 0; a < 3; ++a)
+      {
+        if (field[a] + d[a] < 0 || field[a] + d[a] >= span[a])
+        {
+          return; // beyond the bounds' cells: no point there
+        }
+        neighbor += static_cast<std::uint64_t>(static_cast<std::int64_t>(d[a])) * unit[a];
+      }
+      const int cell = lookup_.findBits(neighbor);
+      if (cell >= 0)
+      {
+        visit(cell, dx, dy, dz);
+      }
+    });
+  }
+
+  template <class Visit>
+  static void forEachOffset(Visit visit)
+  {
     for (int dz = -1; dz <= 1; ++dz)
     {
       for (int dy = -1; dy <= 1; ++dy)
       {
         for (int dx = -1; dx <= 1; ++dx)
         {
-          double neighbor[3];
-          if (!offsetCell(c, dx, dy, dz, neighbor))
-          {
-            continue;
-          }
-          const int cell = lookup_.find(layout_, neighbor);
-          if (cell >= 0)
-          {
-            around.append(ordered_.data(), cellStart_[cell], cellStart_[cell + 1], float(dx), float(dy), float(dz));
-          }
+          visit(dx, dy, dz);
         }
       }
     }
-    around.pad();
   }
 
   /// Cell k's points against its gathered neighborhood: the float test in the vectorized loops

@@ -120,6 +120,24 @@ NG_INLINE void densityCell(const CellPairs& cell, const KernelParams& kernel, fl
 
 } // namespace
 
+NG_SIMD_CLONES void shiftInto(const float* __restrict from, std::int32_t n, float dx, float dy, float dz,
+  float* __restrict x, float* __restrict y, float* __restrict z, float* __restrict w)
+{
+  for (std::int32_t j = 0; j < n; ++j)
+  {
+    x[j] = from[4 * j] + dx;
+    y[j] = from[4 * j + 1] + dy;
+    z[j] = from[4 * j + 2] + dz;
+  }
+  if (w)
+  {
+    for (std::int32_t j = 0; j < n; ++j)
+    {
+      w[j] = from[4 * j + 3];
+    }
+  }
+}
+
 NG_SIMD_CLONES void countClearlyInside(const CellPairs& cell, std::int32_t* inside)
 {
   for (std::int64_t i = 0; i < cell.count; ++i)

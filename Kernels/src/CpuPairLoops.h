@@ -31,24 +31,8 @@ constexpr int pairLanes = 16;
 constexpr float farAway = 1e18f;
 
 /// n points (x, y, z, w each) into separate arrays, shifted by (dx, dy, dz); weights only where
-/// w is given. Pointers that do not alias, so the loop vectorizes.
-inline void shiftInto(const float* __restrict from, std::int32_t n, float dx, float dy, float dz, float* __restrict x,
-  float* __restrict y, float* __restrict z, float* __restrict w)
-{
-  for (std::int32_t j = 0; j < n; ++j)
-  {
-    x[j] = from[4 * j] + dx;
-    y[j] = from[4 * j + 1] + dy;
-    z[j] = from[4 * j + 2] + dz;
-  }
-  if (w)
-  {
-    for (std::int32_t j = 0; j < n; ++j)
-    {
-      w[j] = from[4 * j + 3];
-    }
-  }
-}
+/// w is given.
+void shiftInto(const float* from, std::int32_t n, float dx, float dy, float dz, float* x, float* y, float* z, float* w);
 
 /// A cell's neighborhood in structure-of-arrays form, padded to a multiple of pairLanes: the
 /// points of up to 27 cells, each cell a run of consecutive sorted points.
