@@ -10,7 +10,8 @@
 // pairs within rounding of R are decided in double (PairTest.h). Separate queries (probe points,
 // grids) still look up the 27 cells around each query.
 // Brute Force: every pair, in double; for validation.
-// Buffers are members or per search thread, reused; nothing is allocated per point or per neighbor.
+// Buffers are members, or per chunk of cells in the search; nothing is allocated per point or per
+// neighbor.
 #include "Backend.h"
 #include "CpuPairLoops.h"
 #include "HostSort.h"
