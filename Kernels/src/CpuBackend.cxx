@@ -637,8 +637,9 @@ private:
     const int next[3] = { layout_.shift[1], layout_.shift[2], layout_.bits };
     for (int a = 0; a < 3; ++a)
     {
+      const int width = next[a] - layout_.shift[a];
       unit[a] = std::uint64_t(1) << layout_.shift[a];
-      field[a] = static_cast<std::int64_t>((key >> layout_.shift[a]) & ((std::uint64_t(1) << (next[a] - layout_.shift[a])) - 1));
+      field[a] = static_cast<std::int64_t>((key >> layout_.shift[a]) & ((std::uint64_t(1) << width) - 1));
       span[a] = static_cast<std::int64_t>(layout_.span[a]);
     }
     forEachOffset([&](int dx, int dy, int dz) {
