@@ -35,7 +35,8 @@ namespace detail
 namespace
 {
 
-/// A search thread's buffers for one cell: its neighborhood and the float test's results per point.
+/// A search chunk's buffers for one cell at a time: its neighborhood and the float test's results
+/// per point.
 struct CellScratch
 {
   Neighborhood around;
@@ -63,7 +64,9 @@ public:
 
   /// Upper bounds of the search's buffers: per point its ordered copy (16 bytes), index (4),
   /// key (8, or 24 when keys are wider than 64 bits), cell start and coordinates (32 at one cell
-  /// per point) and lookup slots (32); Brute Force: its copy and the coordinates in double.
+  /// per point) and lookup slots (32); Brute Force: its copy and the coordinates in double. Not
+  /// counted: each search thread's copy of one cell's neighborhood (16 bytes per point of 27
+  /// cells), which could only matter for cells so full that their pairs would take hours first.
   std::int64_t bytesNeeded(const Problem& p) override
   {
     const std::int64_t n = p.count;
