@@ -58,6 +58,22 @@ NG_HD double cellCoordinate(double x, double size)
   {
     return q + 0.0; // integer-valued (or infinite): a huge cell
   }
+#if !defined(__CUDA_ARCH__)
+  // The host's common case without libm's floor and fma: x / size lies within 2^-53 |q| of q, so
+  // where q - e and q + e (e = 2^-51 |q|, rounded) have the same floor, that is floor(x / size).
+  if (fabs(q) < 0x1p52 && fabs(q) >= 0x1p-960)
+  {
+    const double e = fabs(q) * 0x1p-51;
+    const double lo = q - e, hi = q + e;
+    const auto truncatedLo = static_cast<std::int64_t>(lo), truncatedHi = static_cast<std::int64_t>(hi);
+    const std::int64_t floorLo = truncatedLo - (lo < static_cast<double>(truncatedLo) ? 1 : 0);
+    const std::int64_t floorHi = truncatedHi - (hi < static_cast<double>(truncatedHi) ? 1 : 0);
+    if (floorLo == floorHi)
+    {
+      return static_cast<double>(floorLo) + 0.0;
+    }
+  }
+#endif
   double c = floor(q);
   // q is within half a unit of x / size, so floor(q) is off by at most one: the sign of the exact
   // c * size - x (one rounding of an exact product and sum keeps the sign) says which way.

@@ -3,12 +3,17 @@
 // Counting Sort: points are sorted by the key of their cell (CellGrid.h: cells of size R keyed by
 // their integer coordinates, occupied cells only), with a stable LSD radix sort, one counting sort
 // per 8 bits of key (keys wider than 64 bits: a comparison sort). A hash table finds a cell from
-// its key. The search takes the cells in parallel: for each cell the 27 cells around it are looked
-// up once, then every point of the cell tests their points in float frame coordinates, the few
-// pairs within rounding of R in double (PairTest.h).
+// its key. The search takes the cells in parallel. Each cell finds the 27 cells around it once
+// (neighbor keys by key arithmetic) and copies their points into one block of arrays x, y, z (w)
+// in its own frame; then all of its points test the whole block in branch-free loops that the
+// compiler vectorizes (CpuPairLoops.h: SSE2, AVX2 or AVX-512 as the processor allows). The few
+// pairs within rounding of R are decided in double (PairTest.h). Separate queries (probe points,
+// grids) still look up the 27 cells around each query.
 // Brute Force: every pair, in double; for validation.
-// Buffers are members, reused across calls; nothing is allocated per point or per neighbor.
+// Buffers are members, or per chunk of cells in the search; nothing is allocated per point or per
+// neighbor.
 #include "Backend.h"
+#include "CpuPairLoops.h"
 #include "HostSort.h"
 #include "OperationPlan.h"
 #include "Parallel.h"
@@ -30,11 +35,26 @@ namespace detail
 namespace
 {
 
-/// A neighboring cell as one point of a cell sees it: its points and the offset of its frame.
-struct NeighborRange
+/// A search chunk's buffers for one cell at a time: its neighborhood and the float test's results
+/// per point.
+struct CellScratch
 {
-  std::int64_t begin, end;
-  float dx, dy, dz;
+  Neighborhood around;
+  std::vector<std::int32_t> counts;
+  std::vector<float> sums, carries, distances;
+  std::vector<std::uint8_t> band;
+
+  void resize(std::int64_t points)
+  {
+    const std::size_t n = static_cast<std::size_t>(points);
+    if (band.size() < n)
+    {
+      counts.resize(n);
+      sums.resize(n);
+      carries.resize(n);
+      band.resize(n);
+    }
+  }
 };
 
 class CpuBackend final : public BackendImplementation
@@ -44,7 +64,9 @@ public:
 
   /// Upper bounds of the search's buffers: per point its ordered copy (16 bytes), index (4),
   /// key (8, or 24 when keys are wider than 64 bits), cell start and coordinates (32 at one cell
-  /// per point) and lookup slots (32); Brute Force: its copy and the coordinates in double.
+  /// per point) and lookup slots (32); Brute Force: its copy and the coordinates in double. Not
+  /// counted: each search thread's copy of one cell's neighborhood (16 bytes per point of 27
+  /// cells), which could only matter for cells so full that their pairs would take hours first.
   std::int64_t bytesNeeded(const Problem& p) override
   {
     const std::int64_t n = p.count;
@@ -561,74 +583,190 @@ private:
     }
   }
 
+  /// The cells in parallel: each gathers its neighborhood once, then all of its points test all
+  /// of it in the vectorized loops (CpuPairLoops.h).
   template <class Op>
   void searchCells(const Op& op, const char* stage, double from, double to, std::atomic<std::int64_t>& decided)
   {
     const std::int64_t cells = static_cast<std::int64_t>(cellStart_.size()) - 1;
     const std::int64_t perCell = std::max<std::int64_t>(1, problem_->count / std::max<std::int64_t>(1, cells));
     const std::int64_t grain = std::max<std::int64_t>(1, 2048 / perCell);
-    const Particle* particles = ordered_.data();
-    const PairTest test = pairTest_;
     parallelFor(threads_, cells, grain, problem_->progress, from, to, stage,
       [&](std::int64_t begin, std::int64_t end) {
+        CellScratch scratch;
         std::int64_t decidedHere = 0;
-        NeighborRange ranges[27];
         for (std::int64_t k = begin; k < end; ++k)
         {
-          // The cells around cell k, looked up once for all of its points.
-          const double* c = &cellCoordinates_[3 * k];
-          int count = 0;
-          for (int dz = -1; dz <= 1; ++dz)
-          {
-            for (int dy = -1; dy <= 1; ++dy)
-            {
-              for (int dx = -1; dx <= 1; ++dx)
-              {
-                double neighbor[3];
-                if (!offsetCell(c, dx, dy, dz, neighbor))
-                {
-                  continue;
-                }
-                const int cell = lookup_.find(layout_, neighbor);
-                if (cell >= 0)
-                {
-                  ranges[count++] = NeighborRange{ cellStart_[cell], cellStart_[cell + 1], float(dx), float(dy), float(dz) };
-                }
-              }
-            }
-          }
-          for (std::int64_t s = cellStart_[k]; s < cellStart_[k + 1]; ++s)
-          {
-            const Particle pi = particles[s];
-            RegisterSums<Op> acc;
-            for (int r = 0; r < count; ++r)
-            {
-              // Frame of the neighbor cell: the query moves by minus the cell offset.
-              const Particle q{ pi.x - ranges[r].dx, pi.y - ranges[r].dy, pi.z - ranges[r].dz, pi.w };
-              for (std::int64_t j = ranges[r].begin; j < ranges[r].end; ++j)
-              {
-                float r2 = squaredDistance(q, particles[j]);
-                const int verdict = test.classify(r2);
-                if (verdict == 0)
-                {
-                  continue;
-                }
-                if (verdict < 0)
-                {
-                  ++decidedHere;
-                  if (!test.exact(orderToInput_[s], orderToInput_[j], r2))
-                  {
-                    continue;
-                  }
-                }
-                acc.add(op, static_cast<int>(j), particles[j], r2);
-              }
-            }
-            acc.finish(op, static_cast<int>(s), orderToInput_[s]);
-          }
+          gatherNeighborhood(k, std::is_same<Op, DensityOperation>::value, scratch.around);
+          decidedHere += sumCell(op, k, scratch);
         }
         decided += decidedHere;
       });
+  }
+
+  /// The points of the 27 cells around cell k (those that exist), in k's frame; their weights
+  /// where the vectorized loop reads them (density).
+  void gatherNeighborhood(std::int64_t k, bool weights, Neighborhood& around) const
+  {
+    around.clear(weights);
+    forEachNeighborCell(k, [&](int cell, int dx, int dy, int dz) {
+      around.append(ordered_.data(), cellStart_[cell], cellStart_[cell + 1], float(dx), float(dy), float(dz));
+    });
+    around.pad();
+  }
+
+  /// visit(cell, dx, dy, dz) for each existing cell at offset (dx, dy, dz) from cell k. Bits keys
+  /// find their neighbors by key arithmetic (a neighbor's key is k's plus the offset in each
+  /// field), wide keys through their coordinates.
+  template <class Visit>
+  void forEachNeighborCell(std::int64_t k, Visit visit) const
+  {
+    if (layout_.mode == KeyMode::Wide)
+    {
+      const double* c = &cellCoordinates_[3 * k];
+      forEachOffset([&](int dx, int dy, int dz) {
+        double neighbor[3];
+        const int cell = offsetCell(c, dx, dy, dz, neighbor) ? lookup_.find(layout_, neighbor) : -1;
+        if (cell >= 0)
+        {
+          visit(cell, dx, dy, dz);
+        }
+      });
+      return;
+    }
+    const std::uint64_t key = keys_[cellStart_[k]];
+    std::int64_t field[3], span[3];
+    std::uint64_t unit[3];
+    const int next[3] = { layout_.shift[1], layout_.shift[2], layout_.bits };
+    for (int a = 0; a < 3; ++a)
+    {
+      const int width = next[a] - layout_.shift[a];
+      unit[a] = std::uint64_t(1) << layout_.shift[a];
+      field[a] = static_cast<std::int64_t>((key >> layout_.shift[a]) & ((std::uint64_t(1) << width) - 1));
+      span[a] = static_cast<std::int64_t>(layout_.span[a]);
+    }
+    forEachOffset([&](int dx, int dy, int dz) {
+      const int d[3] = { dx, dy, dz };
+      std::uint64_t neighbor = key;
+      for (int a = 0; a < 3; ++a)
+      {
+        if (field[a] + d[a] < 0 || field[a] + d[a] >= span[a])
+        {
+          return; // beyond the bounds' cells: no point there
+        }
+        neighbor += static_cast<std::uint64_t>(static_cast<std::int64_t>(d[a])) * unit[a];
+      }
+      const int cell = lookup_.findBits(neighbor);
+      if (cell >= 0)
+      {
+        visit(cell, dx, dy, dz);
+      }
+    });
+  }
+
+  template <class Visit>
+  static void forEachOffset(Visit visit)
+  {
+    for (int dz = -1; dz <= 1; ++dz)
+    {
+      for (int dy = -1; dy <= 1; ++dy)
+      {
+        for (int dx = -1; dx <= 1; ++dx)
+        {
+          visit(dx, dy, dz);
+        }
+      }
+    }
+  }
+
+  /// Cell k's points against its gathered neighborhood: the float test in the vectorized loops
+  /// (count and density; other operations through their pair terms), then the pairs within
+  /// rounding of R in double. Returns the pairs decided in double.
+  template <class Op>
+  std::int64_t sumCell(const Op& op, std::int64_t k, CellScratch& scratch) const
+  {
+    constexpr bool isCount = std::is_same<Op, CountOperation>::value;
+    constexpr bool isDensity = std::is_same<Op, DensityOperation>::value;
+    const std::int64_t first = cellStart_[k];
+    const std::int64_t count = cellStart_[k + 1] - first;
+    scratch.resize(count);
+    const CellPairs cell{ &scratch.around, ordered_.data() + first, count, pairTest_.accept, pairTest_.reject,
+      scratch.band.data() };
+    if constexpr (isCount)
+    {
+      countClearlyInside(cell, scratch.counts.data());
+    }
+    else if constexpr (isDensity)
+    {
+      densityClearlyInside(cell, op.kernel, scratch.sums.data(), scratch.carries.data());
+    }
+    std::int64_t decided = 0;
+    for (std::int64_t i = 0; i < count; ++i)
+    {
+      const std::int64_t s = first + i;
+      RegisterSums<Op> acc;
+      if constexpr (isCount)
+      {
+        acc.sum[0] = scratch.counts[i];
+      }
+      else if constexpr (isDensity)
+      {
+        acc.sum[0] = scratch.sums[i];
+        acc.carry[0] = scratch.carries[i];
+      }
+      else
+      {
+        scratch.band[i] = addClearlyInside(op, s, scratch, acc);
+      }
+      if (scratch.band[i])
+      {
+        decided += addUncertainPairs(op, s, scratch.around, acc);
+      }
+      acc.finish(op, static_cast<int>(s), orderToInput_[s]);
+    }
+    return decided;
+  }
+
+  /// Operations other than count and density: the pair terms of the pairs of point s clearly
+  /// inside R. Returns whether any pair needs the double decision.
+  template <class Op>
+  bool addClearlyInside(const Op& op, std::int64_t s, CellScratch& scratch, RegisterSums<Op>& acc) const
+  {
+    const Neighborhood& around = scratch.around;
+    scratch.distances.resize(static_cast<std::size_t>(around.padded));
+    const float* r2 = scratch.distances.data();
+    squaredDistances(around, ordered_[s], scratch.distances.data());
+    bool band = false;
+    around.forEachPoint([&](std::int64_t j, std::int64_t t) {
+      if (r2[j] < pairTest_.accept)
+      {
+        acc.add(op, static_cast<int>(t), ordered_[t], r2[j]);
+      }
+      band |= uncertain(r2[j], pairTest_);
+    });
+    return band;
+  }
+
+  /// The pairs of point s that the float test left open, decided in double (rare: a few per
+  /// million pairs, or every pair of a point in a huge cell).
+  template <class Op>
+  std::int64_t addUncertainPairs(const Op& op, std::int64_t s, const Neighborhood& around, RegisterSums<Op>& acc) const
+  {
+    const Particle& p = ordered_[s];
+    std::int64_t decided = 0;
+    around.forEachPoint([&](std::int64_t j, std::int64_t t) {
+      float r2 = frameSquared(p.x - around.x[j], p.y - around.y[j], p.z - around.z[j]);
+      if (!uncertain(r2, pairTest_))
+      {
+        return;
+      }
+      ++decided;
+      if (pairTest_.exact(orderToInput_[s], orderToInput_[t], r2))
+      {
+        acc.add(op, static_cast<int>(t), ordered_[t], r2);
+      }
+    });
+    return decided;
   }
 
   template <class Op>

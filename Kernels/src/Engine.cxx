@@ -365,14 +365,16 @@ void findBoundsTyped(const Points& points, const T* xyz, std::int64_t n, int thr
   const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n / 32768)));
   std::vector<Partial> partials(slices);
   detail::parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
-    Partial& p = partials[slice];
+    // A local copy: the slices' partials share a cache line, which updates in place would bounce
+    // between the cores on every point.
+    Partial p;
     for (std::int64_t i = begin; i < end; ++i)
     {
       const double x = xyz[3 * i], y = xyz[3 * i + 1], z = xyz[3 * i + 2];
       if (!(std::isfinite(x) && std::isfinite(y) && std::isfinite(z)))
       {
         p.firstBad = i;
-        return;
+        break;
       }
       p.lo[0] = std::min(p.lo[0], x);
       p.hi[0] = std::max(p.hi[0], x);
@@ -381,6 +383,7 @@ void findBoundsTyped(const Points& points, const T* xyz, std::int64_t n, int thr
       p.lo[2] = std::min(p.lo[2], z);
       p.hi[2] = std::max(p.hi[2], z);
     }
+    partials[slice] = p;
   });
   for (int a = 0; a < 3; ++a)
   {

@@ -148,6 +148,14 @@ std::vector<Scenario> scenarios(const std::string& table)
       rows.push_back(row);
     }
   }
+  if (table == "cpu")
+  {
+    // The CPU backend's target (issue 21): 1M points, about 80 neighbors each, count and density.
+    const std::int64_t n = 1048576;
+    const double scene = 90.0 * std::cbrt(double(n) / 4194304.0);
+    rows.push_back({ "1M-count", n, scene, 1.5, Operation::NeighborCount });
+    rows.push_back({ "1M-density", n, scene, 1.5, Operation::Density });
+  }
   if (table == "smoke")
   {
     rows.push_back({ "smoke", 65536, 20.0, 1.0, Operation::Density });
@@ -1133,7 +1141,7 @@ int main(int argc, char** argv)
     else
     {
       std::fprintf(stderr,
-        "usage: %s [--table=headline|issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|all|smoke]\n"
+        "usage: %s [--table=headline|issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|cpu|all|smoke]\n"
         "          [--runs=N] [--csv=FILE] [--volume=N] [--periodic] [--operations=N]\n"
         "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]] [--radii=N]\n"
         "          [--methods=counting-sort,radix-sort,fenns,claws,bayraktar,staged-tiles,brute-force,auto] [--cpu] [--roofline]\n",
