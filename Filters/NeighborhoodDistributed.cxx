@@ -504,6 +504,213 @@ void AppendStages(Report& into, const Report& from, const std::string& prefix)
   into.pairsDecidedInDouble += from.pairsDecidedInDouble;
 }
 
+/// What the ranks agree on before the exchange: every rank's region, whether masses and radii
+/// travel (a rank without points may have neither, so no rank decides that from its own data),
+/// and the largest radius of any rank (the halo's width with radii).
+struct RankAgreement
+{
+  std::vector<Region> regions;
+  bool sendMass = false;
+  bool sendRadii = false;
+  double largestRadius = 0.0;
+};
+
+/// Collective.
+RankAgreement AgreeOnRegions(vtkMultiProcessController* controller, const Region& region, bool sendMass,
+  bool sendRadii, double largestRadius)
+{
+  const int ranks = RankCount(controller);
+  constexpr int entries = 9; // region (6), sends masses, sends radii, largest radius
+  std::vector<double> mine(entries), all(entries * static_cast<std::size_t>(ranks));
+  for (int a = 0; a < 3; ++a)
+  {
+    mine[a] = region.lo[a];
+    mine[3 + a] = region.hi[a];
+  }
+  mine[6] = sendMass ? 1.0 : 0.0;
+  mine[7] = sendRadii ? 1.0 : 0.0;
+  mine[8] = largestRadius;
+  controller->AllGather(mine.data(), all.data(), entries);
+  RankAgreement agreed;
+  agreed.regions.resize(static_cast<std::size_t>(ranks));
+  for (int k = 0; k < ranks; ++k)
+  {
+    for (int a = 0; a < 3; ++a)
+    {
+      agreed.regions[k].lo[a] = all[entries * k + a];
+      agreed.regions[k].hi[a] = all[entries * k + 3 + a];
+    }
+    agreed.sendMass = agreed.sendMass || all[entries * k + 6] != 0.0;
+    agreed.sendRadii = agreed.sendRadii || all[entries * k + 7] != 0.0;
+    agreed.largestRadius = std::max(agreed.largestRadius, all[entries * k + 8]);
+  }
+  return agreed;
+}
+
+/// The halo every other rank needs: per rank k, the indices of this rank's owned particles within
+/// `reach` of k's region (periodic images included), chosen in parallel. The larger part of the
+/// prologue: a test per owned particle and rank.
+std::vector<std::vector<std::int64_t>> ChooseHalo(const Request& request, const Points& particles,
+  const Ownership& owned, const std::vector<Region>& regions, int rank, double reach)
+{
+  std::vector<std::vector<std::int64_t>> sendIndices(regions.size());
+  for (int k = 0; k < static_cast<int>(regions.size()); ++k)
+  {
+    if (k == rank)
+    {
+      continue;
+    }
+    std::vector<std::int64_t> chosen = SelectIndices(owned.count, [&](std::int64_t m) {
+      double x[3];
+      ReadPoint(particles, owned[m], x);
+      return Reaches(request, reach, x, regions[k]);
+    });
+    if (!owned.list.empty())
+    {
+      ParallelFor(static_cast<std::int64_t>(chosen.size()), [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t m = begin; m < end; ++m)
+        {
+          chosen[static_cast<std::size_t>(m)] = owned[chosen[static_cast<std::size_t>(m)]];
+        }
+      });
+    }
+    sendIndices[k] = std::move(chosen);
+  }
+  return sendIndices;
+}
+
+/// The particles a rank runs on: its owned particles, then the halo in rank order, with their
+/// masses, radii and arrays to smooth where those travel.
+struct ExtendedSet
+{
+  HostVector<double> xyz;
+  HostVector<float> mass, radii; // empty where they do not travel
+  std::vector<HostVector<float>> values;
+
+  std::int64_t count() const { return static_cast<std::int64_t>(xyz.size() / 3); }
+
+  static ExtendedSet Of(const Request& request, const Points& particles, const Ownership& owned, const float* masses,
+    const std::vector<std::vector<double>>& haloXyz, const std::vector<std::vector<float>>* haloMass,
+    const std::vector<std::vector<float>>* haloRadii, const std::vector<std::vector<std::vector<float>>>& haloValues)
+  {
+    ExtendedSet set;
+    set.xyz = Extended<double>(3, owned, haloXyz, CoordinateOf(particles));
+    if (haloMass)
+    {
+      set.mass = Extended(masses, 1, owned, *haloMass);
+    }
+    if (haloRadii)
+    {
+      set.radii = Extended(request.radii, 1, owned, *haloRadii);
+    }
+    for (std::size_t a = 0; a < request.smoothed.size(); ++a)
+    {
+      set.values.push_back(Extended(request.smoothed[a].values, request.smoothed[a].components, owned, haloValues[a]));
+    }
+    return set;
+  }
+
+  /// `request` on this set: its particles (or sources, `separate`), masses, radii and values.
+  Request RequestFor(const Request& request, bool separate) const
+  {
+    Request run = request;
+    run.mass = mass.empty() ? nullptr : mass.data();
+    run.radii = radii.empty() ? nullptr : radii.data();
+    for (std::size_t a = 0; a < run.smoothed.size(); ++a)
+    {
+      run.smoothed[a].values = values[a].data();
+    }
+    (separate ? run.source : run.points) = Points(xyz.data(), count());
+    return run;
+  }
+};
+
+/// SPH smoothing and the gradient weigh every particle by its volume m_j / rho_j: rho at every
+/// particle of the extended set (exact at this rank's own, whose halo is complete), then rho of
+/// the halo points from their owners (here they miss the neighbors beyond this rank's region),
+/// and the volumes. Collective.
+void HaloDensities(neighborgrid::Engine& engine, vtkMultiProcessController* controller, const Request& request,
+  const Request& run, const ExtendedSet& ext, const Ownership& owned,
+  const std::vector<std::vector<std::int64_t>>& sendIndices, std::int64_t n, HostVector<float>& rho,
+  HostVector<float>& volumes, Report& report, std::exception_ptr& failure)
+{
+  const std::int64_t extCount = ext.count();
+  try
+  {
+    Request density = run;
+    density.points = Points(ext.xyz.data(), extCount);
+    density.source = Points();
+    density.queryGrid = neighborgrid::QueryGrid();
+    density.valid = nullptr;
+    density.operation = Operation::Density;
+    density.smoothed.clear();
+    density.neighborCount = nullptr;
+    rho.resize(static_cast<std::size_t>(extCount));
+    density.density = rho.data();
+    if (extCount > 0)
+    {
+      AppendStages(report, engine.run(density), "density: ");
+    }
+  }
+  catch (...)
+  {
+    failure = std::current_exception();
+  }
+  AgreeAllSucceeded(controller, failure);
+  if (RankCount(controller) > 1)
+  {
+    std::vector<float> ownRho(static_cast<std::size_t>(n), 0.0f);
+    ParallelFor(owned.count, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t k = begin; k < end; ++k)
+      {
+        ownRho[static_cast<std::size_t>(owned[k])] = rho[static_cast<std::size_t>(k)];
+      }
+    });
+    const auto haloRho = ExchangeWithEveryRank(controller, Gathered(ownRho.data(), 1, sendIndices));
+    std::size_t next = static_cast<std::size_t>(owned.count);
+    for (const auto& h : haloRho)
+    {
+      std::copy(h.begin(), h.end(), rho.begin() + static_cast<std::ptrdiff_t>(next));
+      next += h.size();
+    }
+  }
+  volumes.resize(static_cast<std::size_t>(extCount));
+  const bool masses = !ext.mass.empty();
+  ParallelFor(extCount, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t j = begin; j < end; ++j)
+    {
+      volumes[j] = (masses ? ext.mass[j] : static_cast<float>(request.constantMass)) / rho[j];
+    }
+  });
+}
+
+/// This rank's particles take their results, in input order, from the first owned.count entries
+/// of the extended set's.
+void WriteOwnedResults(const Request& request, const Ownership& owned, const HostVector<std::int32_t>& counts,
+  const float* density, const std::vector<HostVector<float>>& outputs, int outputsPerComponent)
+{
+  ParallelFor(owned.count, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t k = begin; k < end; ++k)
+    {
+      const std::size_t from = static_cast<std::size_t>(k);
+      const std::int64_t to = owned[k];
+      if (request.neighborCount)
+      {
+        request.neighborCount[to] = counts[from];
+      }
+      if (request.density)
+      {
+        request.density[to] = density[from];
+      }
+      for (std::size_t a = 0; a < request.smoothed.size(); ++a)
+      {
+        const int c = request.smoothed[a].components * outputsPerComponent;
+        std::copy_n(outputs[a].begin() + k * c, c, request.smoothed[a].output + to * c);
+      }
+    }
+  });
+}
+
 /// Queries with no particle anywhere near (this rank received none): what the engine writes for
 /// a query without neighbors.
 void FillWithoutNeighbors(const Request& r)
@@ -722,35 +929,14 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
     {
       engine.setCudaDevice(summary.cudaDevice);
     }
-    // Every rank's region (an empty one reaches nothing).
-    constexpr int entries = 9; // region (6), sends masses, sends radii, largest radius
-    std::vector<double> mine(entries), all(entries * static_cast<std::size_t>(ranks));
-    for (int a = 0; a < 3; ++a)
-    {
-      mine[a] = region.lo[a];
-      mine[3 + a] = region.hi[a];
-    }
-    mine[6] = sendMass ? 1.0 : 0.0;
-    mine[7] = sendRadii ? 1.0 : 0.0;
-    mine[8] = request.radii ? reach : 0.0;
-    controller->AllGather(mine.data(), all.data(), entries);
-    for (int k = 0; k < ranks; ++k)
-    {
-      for (int a = 0; a < 3; ++a)
-      {
-        regions[k].lo[a] = all[entries * k + a];
-        regions[k].hi[a] = all[entries * k + 3 + a];
-      }
-      sendMass = sendMass || all[entries * k + 6] != 0.0;
-      sendRadii = sendRadii || all[entries * k + 7] != 0.0;
-    }
+    // Every rank's region, and whether masses and radii travel (an empty region reaches nothing).
+    const RankAgreement agreed = AgreeOnRegions(controller, region, sendMass, sendRadii, request.radii ? reach : 0.0);
+    regions = agreed.regions;
+    sendMass = agreed.sendMass;
+    sendRadii = agreed.sendRadii;
     if (sendRadii)
     {
-      reach = 0.0;
-      for (int k = 0; k < ranks; ++k)
-      {
-        reach = std::max(reach, all[entries * k + 8]);
-      }
+      reach = agreed.largestRadius;
     }
     if (sendMass && !masses)
     {
@@ -768,31 +954,11 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
       radiiFailure = std::make_exception_ptr(Error("NeighborGrid: other ranks have per-particle radii, this one has none"));
     }
     AgreeAllSucceeded(controller, radiiFailure);
-    // The halo each rank needs: this rank's owned particles within reach of its region, chosen
-    // in parallel (the larger part of the prologue: a test per owned particle and rank).
     const auto haloBegan = std::chrono::steady_clock::now();
-    for (int k = 0; k < ranks; ++k)
+    sendIndices = ChooseHalo(request, particles, owned, regions, summary.rank, reach);
+    for (const auto& indices : sendIndices)
     {
-      if (k == summary.rank)
-      {
-        continue;
-      }
-      std::vector<std::int64_t> chosen = SelectIndices(owned.count, [&](std::int64_t m) {
-        double x[3];
-        ReadPoint(particles, owned[m], x);
-        return Reaches(request, reach, x, regions[k]);
-      });
-      if (!owned.list.empty())
-      {
-        ParallelFor(static_cast<std::int64_t>(chosen.size()), [&](std::int64_t begin, std::int64_t end) {
-          for (std::int64_t m = begin; m < end; ++m)
-          {
-            chosen[static_cast<std::size_t>(m)] = owned[chosen[static_cast<std::size_t>(m)]];
-          }
-        });
-      }
-      sendIndices[k] = std::move(chosen);
-      summary.haloSent += static_cast<std::int64_t>(sendIndices[k].size());
+      summary.haloSent += static_cast<std::int64_t>(indices.size());
     }
     haloChoiceMilliseconds = MillisecondsSince(haloBegan);
     summary.prologueMilliseconds += haloChoiceMilliseconds;
@@ -819,33 +985,13 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
 
   // --- The extended particle set: owned particles, then the halo in rank order --------------
   const auto extendedBegan = std::chrono::steady_clock::now();
-  const HostVector<double> extXyz = Extended<double>(3, owned, haloXyz, CoordinateOf(particles));
-  const std::int64_t extCount = static_cast<std::int64_t>(extXyz.size() / 3);
+  const ExtendedSet ext = ExtendedSet::Of(request, particles, owned, masses, haloXyz, sendMass ? &haloMass : nullptr,
+    sendRadii ? &haloRadii : nullptr, haloValues);
+  const HostVector<double>& extXyz = ext.xyz;
+  const HostVector<float>& extMass = ext.mass;
+  const std::int64_t extCount = ext.count();
   const std::int64_t ownedCount = owned.count;
-  const HostVector<float> extMass = sendMass ? Extended(masses, 1, owned, haloMass) : HostVector<float>();
-  const HostVector<float> extRadii = sendRadii ? Extended(request.radii, 1, owned, haloRadii) : HostVector<float>();
-  std::vector<HostVector<float>> extValues;
-  for (std::size_t a = 0; a < request.smoothed.size(); ++a)
-  {
-    extValues.push_back(
-      Extended(request.smoothed[a].values, request.smoothed[a].components, owned, haloValues[a]));
-  }
-
-  Request run = request;
-  run.mass = sendMass ? extMass.data() : nullptr;
-  run.radii = sendRadii ? extRadii.data() : nullptr;
-  for (std::size_t a = 0; a < run.smoothed.size(); ++a)
-  {
-    run.smoothed[a].values = extValues[a].data();
-  }
-  if (separate)
-  {
-    run.source = Points(extXyz.data(), extCount);
-  }
-  else
-  {
-    run.points = Points(extXyz.data(), extCount);
-  }
+  Request run = ext.RequestFor(request, separate);
   // Particle mode: outputs for the whole extended set; the first ownedCount are this rank's.
   HostVector<std::int32_t> extCounts;
   HostVector<float> extDensity;
@@ -874,54 +1020,7 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
   HostVector<float> rho, volumes;
   if (sph)
   {
-    // rho at every particle of this rank (its halo makes it exact), then rho of the halo points
-    // from their owners: here they miss the neighbors that lie beyond this rank's region.
-    try
-    {
-      Request density = run;
-      density.points = Points(extXyz.data(), extCount);
-      density.source = Points();
-      density.queryGrid = neighborgrid::QueryGrid();
-      density.valid = nullptr;
-      density.operation = Operation::Density;
-      density.smoothed.clear();
-      density.neighborCount = nullptr;
-      rho.resize(static_cast<std::size_t>(extCount));
-      density.density = rho.data();
-      if (extCount > 0)
-      {
-        AppendStages(report, engine.run(density), "density: ");
-      }
-    }
-    catch (...)
-    {
-      failure = std::current_exception();
-    }
-    AgreeAllSucceeded(controller, failure);
-    if (ranks > 1)
-    {
-      std::vector<float> ownRho(static_cast<std::size_t>(n), 0.0f);
-      ParallelFor(ownedCount, [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t k = begin; k < end; ++k)
-        {
-          ownRho[static_cast<std::size_t>(owned[k])] = rho[static_cast<std::size_t>(k)];
-        }
-      });
-      const auto haloRho = ExchangeWithEveryRank(controller, Gathered(ownRho.data(), 1, sendIndices));
-      std::size_t next = static_cast<std::size_t>(ownedCount);
-      for (const auto& h : haloRho)
-      {
-        std::copy(h.begin(), h.end(), rho.begin() + static_cast<std::ptrdiff_t>(next));
-        next += h.size();
-      }
-    }
-    volumes.resize(static_cast<std::size_t>(extCount));
-    ParallelFor(extCount, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t j = begin; j < end; ++j)
-      {
-        volumes[j] = (sendMass ? extMass[j] : static_cast<float>(request.constantMass)) / rho[j];
-      }
-    });
+    HaloDensities(engine, controller, request, run, ext, owned, sendIndices, n, rho, volumes, report, failure);
     if (separate && request.density && extCount > 0 && queryCount > 0)
     {
       try
@@ -958,27 +1057,7 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
       {
         last = engine.run(run);
       }
-      // This rank's particles: results in input order.
-      ParallelFor(ownedCount, [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t k = begin; k < end; ++k)
-        {
-          const std::size_t from = static_cast<std::size_t>(k);
-          const std::int64_t to = owned[k];
-          if (request.neighborCount)
-          {
-            request.neighborCount[to] = extCounts[from];
-          }
-          if (request.density)
-          {
-            request.density[to] = sph ? rho[from] : extDensity[from];
-          }
-          for (std::size_t a = 0; a < request.smoothed.size(); ++a)
-          {
-            const int c = request.smoothed[a].components * outputsPerComponent;
-            std::copy_n(extOutputs[a].begin() + k * c, c, request.smoothed[a].output + to * c);
-          }
-        }
-      });
+      WriteOwnedResults(request, owned, extCounts, sph ? rho.data() : extDensity.data(), extOutputs, outputsPerComponent);
       if (!ghosts.empty())
       {
         AnswerGhostPoints(engine, request, run, particles, ghosts, extXyz.data(), extCount,
