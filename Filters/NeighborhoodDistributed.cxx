@@ -579,6 +579,52 @@ std::vector<std::vector<std::int64_t>> ChooseHalo(const Request& request, const 
   return sendIndices;
 }
 
+/// What this rank receives from every other: positions (double), masses, radii and the arrays to
+/// smooth of their particles within reach of this rank's region, per rank.
+struct Halo
+{
+  std::vector<std::vector<double>> xyz;
+  std::vector<std::vector<float>> mass, radii;
+  std::vector<std::vector<std::vector<float>>> values; // per array to smooth, per rank
+
+  Halo(int ranks, std::size_t arrays)
+    : xyz(static_cast<std::size_t>(ranks)), mass(static_cast<std::size_t>(ranks)),
+      radii(static_cast<std::size_t>(ranks)), values(arrays)
+  {
+  }
+
+  /// Collective: sends every rank k the particles sendIndices[k] (masses and radii where the ranks
+  /// agreed they travel: every rank must take part, one without points too) and receives theirs.
+  void Exchange(vtkMultiProcessController* controller, const std::vector<std::vector<std::int64_t>>& sendIndices,
+    const Request& request, const Points& particles, bool sendMass, const float* masses, bool sendRadii)
+  {
+    xyz = ExchangeWithEveryRank(controller, Gathered<double>(3, sendIndices, CoordinateOf(particles)));
+    if (sendMass)
+    {
+      mass = ExchangeWithEveryRank(controller, Gathered(masses, 1, sendIndices));
+    }
+    if (sendRadii)
+    {
+      radii = ExchangeWithEveryRank(controller, Gathered(request.radii, 1, sendIndices));
+    }
+    for (std::size_t a = 0; a < request.smoothed.size(); ++a)
+    {
+      values[a] = ExchangeWithEveryRank(
+        controller, Gathered(request.smoothed[a].values, request.smoothed[a].components, sendIndices));
+    }
+  }
+
+  std::int64_t Count() const
+  {
+    std::int64_t count = 0;
+    for (const auto& h : xyz)
+    {
+      count += static_cast<std::int64_t>(h.size() / 3);
+    }
+    return count;
+  }
+};
+
 /// The particles a rank runs on: its owned particles, then the halo in rank order, with their
 /// masses, radii and arrays to smooth where those travel.
 struct ExtendedSet
@@ -886,9 +932,7 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
   std::vector<Region> regions(static_cast<std::size_t>(ranks));
   regions[static_cast<std::size_t>(summary.rank)] = region;
   std::vector<std::vector<std::int64_t>> sendIndices(static_cast<std::size_t>(ranks));
-  std::vector<std::vector<double>> haloXyz(static_cast<std::size_t>(ranks));
-  std::vector<std::vector<float>> haloMass(static_cast<std::size_t>(ranks));
-  std::vector<std::vector<std::vector<float>>> haloValues(request.smoothed.size());
+  Halo halo(ranks, request.smoothed.size());
   // SPH smoothing and the gradient weigh every particle by its volume m_j / rho_j: rho of a halo
   // point comes from its owner (here it would miss the neighbors beyond this rank's region).
   const bool gradient = request.operation == Operation::Gradient;
@@ -913,7 +957,6 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
       [](double& total, double part) { total = std::max(total, part); });
     summary.prologueMilliseconds += MillisecondsSince(radiiBegan);
   }
-  std::vector<std::vector<float>> haloRadii(static_cast<std::size_t>(ranks));
   // Whether masses travel must not depend on this rank's data (a rank without points may hold no
   // mass array): the ranks agree below; a rank without a mass array sends its constant mass.
   bool sendMass = request.mass && (request.operation == Operation::Density || sph);
@@ -962,31 +1005,15 @@ Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool
     }
     haloChoiceMilliseconds = MillisecondsSince(haloBegan);
     summary.prologueMilliseconds += haloChoiceMilliseconds;
-    haloXyz = ExchangeWithEveryRank(controller, Gathered<double>(3, sendIndices, CoordinateOf(particles)));
-    if (sendMass)
-    {
-      haloMass = ExchangeWithEveryRank(controller, Gathered(masses, 1, sendIndices));
-    }
-    if (sendRadii)
-    {
-      haloRadii = ExchangeWithEveryRank(controller, Gathered(request.radii, 1, sendIndices));
-    }
-    for (std::size_t a = 0; a < request.smoothed.size(); ++a)
-    {
-      haloValues[a] = ExchangeWithEveryRank(
-        controller, Gathered(request.smoothed[a].values, request.smoothed[a].components, sendIndices));
-    }
+    halo.Exchange(controller, sendIndices, request, particles, sendMass, masses, sendRadii);
   }
-  for (const auto& h : haloXyz)
-  {
-    summary.haloReceived += static_cast<std::int64_t>(h.size() / 3);
-  }
+  summary.haloReceived = halo.Count();
   summary.exchangeMilliseconds = MillisecondsSince(exchangeBegan) - haloChoiceMilliseconds;
 
   // --- The extended particle set: owned particles, then the halo in rank order --------------
   const auto extendedBegan = std::chrono::steady_clock::now();
-  const ExtendedSet ext = ExtendedSet::Of(request, particles, owned, masses, haloXyz, sendMass ? &haloMass : nullptr,
-    sendRadii ? &haloRadii : nullptr, haloValues);
+  const ExtendedSet ext = ExtendedSet::Of(request, particles, owned, masses, halo.xyz, sendMass ? &halo.mass : nullptr,
+    sendRadii ? &halo.radii : nullptr, halo.values);
   const HostVector<double>& extXyz = ext.xyz;
   const HostVector<float>& extMass = ext.mass;
   const std::int64_t extCount = ext.count();
