@@ -111,5 +111,26 @@ void parallelSlices(int slices, std::int64_t count, const Body& body)
   }
 }
 
+/// The sum of n neighbor counts on `threads` threads (a local sum per slice: no shared cache line).
+inline std::int64_t parallelSum(int threads, const std::int32_t* counts, std::int64_t n)
+{
+  const int slices = std::max(1, threads);
+  std::vector<std::int64_t> partial(static_cast<std::size_t>(slices), 0);
+  parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
+    std::int64_t sum = 0;
+    for (std::int64_t i = begin; i < end; ++i)
+    {
+      sum += counts[i];
+    }
+    partial[static_cast<std::size_t>(slice)] = sum;
+  });
+  std::int64_t total = 0;
+  for (std::int64_t sum : partial)
+  {
+    total += sum;
+  }
+  return total;
+}
+
 } // namespace detail
 } // namespace neighborgrid

@@ -326,20 +326,13 @@ Report runParticlesAsQueries(const Request& r, int threads, const OpenRun& openR
   if (r.neighborCount)
   {
     const std::int64_t n = r.points.count;
-    std::vector<std::int64_t> sums(static_cast<std::size_t>(std::max(1, threads)), 0);
-    parallelSlices(threads, n, [&](int slice, std::int64_t begin, std::int64_t end) {
-      std::int64_t sum = 0;
+    parallelSlices(threads, n, [&](int, std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i)
       {
-        sum += --r.neighborCount[i];
+        --r.neighborCount[i];
       }
-      sums[static_cast<std::size_t>(slice)] = sum;
     });
-    report.neighborPairs = 0;
-    for (std::int64_t s : sums)
-    {
-      report.neighborPairs += s;
-    }
+    report.neighborPairs = parallelSum(threads, r.neighborCount, n);
   }
   return report;
 }

@@ -782,23 +782,7 @@ private:
     });
   }
 
-  std::int64_t sumCounts() const
-  {
-    const int slices = std::max(1, backend_.threads);
-    std::vector<std::int64_t> partial(slices, 0);
-    parallelSlices(slices, results_, [&](int slice, std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i)
-      {
-        partial[slice] += r_.neighborCount[i];
-      }
-    });
-    std::int64_t sum = 0;
-    for (std::int64_t v : partial)
-    {
-      sum += v;
-    }
-    return sum;
-  }
+  std::int64_t sumCounts() const { return parallelSum(backend_.threads, r_.neighborCount, results_); }
 
   const Request& r_;
   const SlabBackend& backend_;
