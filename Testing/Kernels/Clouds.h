@@ -13,6 +13,9 @@
 namespace ngtest
 {
 
+/// The backend the tests run on (--backend=cpu or --backend=cuda; TestEngine.cxx's main).
+extern neighborgrid::Backend backendUnderTest;
+
 struct Cloud
 {
   std::string name;

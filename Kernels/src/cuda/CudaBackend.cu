@@ -703,12 +703,7 @@ private:
       volume *= std::max(p.hi[a] - p.lo[a], fine);
     }
     const double perCell = n * fine * fine * fine / volume;
-    // Not while FENNS and CLAWS miss neighbors in dense clusters inside a sparse box
-    // (EngineKnownProblems.FennsAndClawsCountExactlyInDenseClustersOfASparseBox: 3M points,
-    // five clusters, 0.13 points per cell of size R overall: up to 10% of a point's neighbors
-    // missed). Counting Sort is exact there and takes the sparse case below.
-    const bool clawsIsExactHere = false;
-    if (clawsIsExactHere && p.count >= 262144 && perCell > 5e-4 && perCell < 0.2)
+    if (p.count >= 262144 && perCell > 5e-4 && perCell < 0.2)
     {
       return Method::CLAWS;
     }

@@ -16,6 +16,8 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include <climits>
+
 namespace neighborgrid
 {
 namespace detail
@@ -196,8 +198,10 @@ struct NeighborRuns
   int start[maxNeighborRuns];
   int length[maxNeighborRuns];
   int prefix[maxNeighborRuns + 1];
-  short split1[maxNeighborRuns];
-  short split2[maxNeighborRuns];
+  // Positions, not shorts: a border section of a dense cell holds far more than 32767 points
+  // (a short overflowed there and moved the rest of the run into the wrong cell).
+  int split1[maxNeighborRuns];
+  int split2[maxNeighborRuns];
   signed char dx[maxNeighborRuns], dy[maxNeighborRuns], dz[maxNeighborRuns];
   int count;
   int slot[27]; // the neighbor cells' slots (-1: none), by offset index (dz + 1) * 9 + (dy + 1) * 3 + dx + 1
@@ -246,11 +250,11 @@ __device__ void findNeighborRuns(const CellTable& table, const CellLayout& layou
           {
             if (r.split1[r0] > at)
             {
-              r.split1[r0] = static_cast<short>(at);
+              r.split1[r0] = at;
             }
             else
             {
-              r.split2[r0] = static_cast<short>(at);
+              r.split2[r0] = at;
             }
           }
           r.length[r0] += end - begin;
@@ -263,7 +267,7 @@ __device__ void findNeighborRuns(const CellTable& table, const CellLayout& layou
         }
         r.start[runs] = begin;
         r.length[runs] = end - begin;
-        r.split1[runs] = r.split2[runs] = 0x7fff;
+        r.split1[runs] = r.split2[runs] = INT_MAX; // no step
         r.dx[runs] = static_cast<signed char>(x - 1);
         r.dy[runs] = static_cast<signed char>(row % 3 - 1);
         r.dz[runs] = static_cast<signed char>(row / 3 - 1);
