@@ -252,7 +252,10 @@ TEST(EngineClusterSweep, EveryMethodCountsExactlyOnRandomClusteredClouds)
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
     for (Method method : sweepMethods(c.cloud.size()))
     {
+      const auto methodStart = std::chrono::steady_clock::now();
       expectExactCounts(engine, c, want, method, "");
+      std::cout << "  " << toString(method) << " "
+                << std::chrono::duration<double>(std::chrono::steady_clock::now() - methodStart).count() << " s\n";
     }
     if (ngtest::backendUnderTest != Backend::CUDA)
     {
@@ -276,5 +279,7 @@ TEST(EngineClusterSweep, EveryMethodCountsExactlyOnRandomClusteredClouds)
     }
     unsetenv("NEIGHBORGRID_FENNS_VARIANT");
     unsetenv("NEIGHBORGRID_FENNS_TARGET");
+    std::cout << "  cloud " << k << " in all "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
   }
 }
