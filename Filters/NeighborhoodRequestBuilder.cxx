@@ -716,34 +716,25 @@ vtkPointNeighborhoodFilter::RequestBuilder::RequestBuilder(
 
 bool vtkPointNeighborhoodFilter::RequestBuilder::Build()
 {
-  vtkPointNeighborhoodFilter* f = this->Filter;
-  neighborgrid::Request& request = this->EngineRequest;
-  std::string& error = this->ErrorText;
-  error = PropertiesError(f, this->Queries.Kind == QuerySpec::PARTICLES);
-  if (!error.empty())
+  // One concern after the other, in the order the checks have always run: the first problem
+  // found is the one reported.
+  this->ErrorText = PropertiesError(this->Filter, this->Queries.Kind == QuerySpec::PARTICLES);
+  if (!this->ErrorText.empty())
   {
     return false;
   }
   this->SetOptions();
-  if (!this->Box.Read(f->Periodic, f->BoxOrigin, f->BoxLengths, this->Particles->GetFieldData(), request, error))
+  if (!this->AddPeriodicBox())
   {
     return false;
   }
-  vtkPoints* points = this->Particles->GetPoints();
-  const neighborgrid::Points particles =
-    this->ParticleCoordinates.Of(points ? points->GetData() : nullptr, this->Particles->GetNumberOfPoints());
-  (this->Queries.Kind == QuerySpec::PARTICLES ? request.points : request.source) = particles;
-  // The mass is only checked where the operation uses it, so that a stale selection does not
-  // break Neighbor Count or Shepard smoothing.
-  const bool arraysRead = (!this->Traits.UsesMass || this->Mass.Read(f, this->Particles, f->Mass, request, error)) &&
-    this->Radii.Read(f, this->Particles, f->Radius, request, error) &&
-    (!this->Traits.UsesArrays ||
-      this->Smoothed.Read(f->SmoothedArrays, this->Particles->GetPointData(), request, error));
-  if (!arraysRead)
+  this->AddParticles();
+  if (!this->AddSelectedArrays())
   {
     return false;
   }
-  this->Results.Allocate(this->Traits, this->Smoothed.Arrays(), f->SmoothedArrays, this->ResultCount, request);
+  this->Results.Allocate(
+    this->Traits, this->Smoothed.Arrays(), this->Filter->SmoothedArrays, this->ResultCount, this->EngineRequest);
   this->AddQueries();
   return true;
 }
@@ -796,6 +787,38 @@ void vtkPointNeighborhoodFilter::RequestBuilder::SetOptions()
   request.backend = EngineBackend(f->Backend);
   request.method = EngineMethod(f->Method);
   request.constantMass = f->Mass;
+}
+
+/// The periodic box, from the properties or the particles' field data.
+bool vtkPointNeighborhoodFilter::RequestBuilder::AddPeriodicBox()
+{
+  const vtkPointNeighborhoodFilter* f = this->Filter;
+  return this->Box.Read(
+    f->Periodic, f->BoxOrigin, f->BoxLengths, this->Particles->GetFieldData(), this->EngineRequest, this->ErrorText);
+}
+
+/// The particles' coordinates: the points of the request, or its source with separate queries.
+void vtkPointNeighborhoodFilter::RequestBuilder::AddParticles()
+{
+  vtkPoints* points = this->Particles->GetPoints();
+  const neighborgrid::Points particles =
+    this->ParticleCoordinates.Of(points ? points->GetData() : nullptr, this->Particles->GetNumberOfPoints());
+  neighborgrid::Request& request = this->EngineRequest;
+  (this->Queries.Kind == QuerySpec::PARTICLES ? request.points : request.source) = particles;
+}
+
+/// The mass, radius and arrays to smooth that the operation reads. The mass is only checked
+/// where the operation uses it, so that a stale selection does not break Neighbor Count or
+/// Shepard smoothing.
+bool vtkPointNeighborhoodFilter::RequestBuilder::AddSelectedArrays()
+{
+  vtkPointNeighborhoodFilter* f = this->Filter;
+  neighborgrid::Request& request = this->EngineRequest;
+  std::string& error = this->ErrorText;
+  return (!this->Traits.UsesMass || this->Mass.Read(f, this->Particles, f->Mass, request, error)) &&
+    this->Radii.Read(f, this->Particles, f->Radius, request, error) &&
+    (!this->Traits.UsesArrays ||
+      this->Smoothed.Read(f->SmoothedArrays, this->Particles->GetPointData(), request, error));
 }
 
 /// Where the results go: the particles themselves (set with the coordinates), other points, or

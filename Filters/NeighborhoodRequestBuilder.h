@@ -221,6 +221,9 @@ public:
 
 private:
   void SetOptions();
+  bool AddPeriodicBox();
+  void AddParticles();
+  bool AddSelectedArrays();
   void AddQueries();
   std::vector<std::string> OperationInfo() const;
 
