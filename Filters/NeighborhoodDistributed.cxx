@@ -671,65 +671,6 @@ struct ExtendedSet
   }
 };
 
-/// SPH smoothing and the gradient weigh every particle by its volume m_j / rho_j: rho at every
-/// particle of the extended set (exact at this rank's own, whose halo is complete), then rho of
-/// the halo points from their owners (here they miss the neighbors beyond this rank's region),
-/// and the volumes. Collective.
-void HaloDensities(neighborgrid::Engine& engine, vtkMultiProcessController* controller, const Request& request,
-  const Request& run, const ExtendedSet& ext, const Ownership& owned,
-  const std::vector<std::vector<std::int64_t>>& sendIndices, std::int64_t n, HostVector<float>& rho,
-  HostVector<float>& volumes, Report& report, std::exception_ptr& failure)
-{
-  const std::int64_t extCount = ext.count();
-  try
-  {
-    Request density = run;
-    density.points = Points(ext.xyz.data(), extCount);
-    density.source = Points();
-    density.queryGrid = neighborgrid::QueryGrid();
-    density.valid = nullptr;
-    density.operation = Operation::Density;
-    density.smoothed.clear();
-    density.neighborCount = nullptr;
-    rho.resize(static_cast<std::size_t>(extCount));
-    density.density = rho.data();
-    if (extCount > 0)
-    {
-      AppendStages(report, engine.run(density), "density: ");
-    }
-  }
-  catch (...)
-  {
-    failure = std::current_exception();
-  }
-  AgreeAllSucceeded(controller, failure);
-  if (RankCount(controller) > 1)
-  {
-    std::vector<float> ownRho(static_cast<std::size_t>(n), 0.0f);
-    ParallelFor(owned.count, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t k = begin; k < end; ++k)
-      {
-        ownRho[static_cast<std::size_t>(owned[k])] = rho[static_cast<std::size_t>(k)];
-      }
-    });
-    const auto haloRho = ExchangeWithEveryRank(controller, Gathered(ownRho.data(), 1, sendIndices));
-    std::size_t next = static_cast<std::size_t>(owned.count);
-    for (const auto& h : haloRho)
-    {
-      std::copy(h.begin(), h.end(), rho.begin() + static_cast<std::ptrdiff_t>(next));
-      next += h.size();
-    }
-  }
-  volumes.resize(static_cast<std::size_t>(extCount));
-  const bool masses = !ext.mass.empty();
-  ParallelFor(extCount, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t j = begin; j < end; ++j)
-    {
-      volumes[j] = (masses ? ext.mass[j] : static_cast<float>(request.constantMass)) / rho[j];
-    }
-  });
-}
-
 /// This rank's particles take their results, in input order, from the first owned.count entries
 /// of the extended set's.
 void WriteOwnedResults(const Request& request, const Ownership& owned, const HostVector<std::int32_t>& counts,
@@ -780,73 +721,495 @@ void FillWithoutNeighbors(const Request& r)
   }
 }
 
-/// Ghost points (copies of other ranks' points): a query at their position over the extended
-/// particle set, which is their owner's result less the owner's copy at distance 0.
-void AnswerGhostPoints(neighborgrid::Engine& engine, const Request& request, const Request& run,
-  const Points& particles, const std::vector<std::int64_t>& ghosts, const double* extXyz, std::int64_t extCount,
-  const float* extMass, bool sph, Report& report)
+/// The results of the queries at the ghost points, in their order.
+struct GhostAnswers
 {
-  if (extCount == 0)
+  std::vector<std::int32_t> counts;
+  std::vector<float> density;
+  std::vector<std::vector<float>> outputs; // per array to smooth
+};
+
+using Clock = std::chrono::steady_clock;
+
+/// One run over the ranks, stage by stage; RunDistributed calls the stages in order. Every
+/// stage that talks to the other ranks is collective: where one rank fails there, every rank
+/// throws an Error that names it (AgreeAllSucceeded), so none waits for another.
+class DistributedRun
+{
+public:
+  DistributedRun(neighborgrid::Engine& engine, const Request& request, bool separate,
+    vtkMultiProcessController* controller, DistributedSummary& summary);
+
+  void FindOwnershipAndRegion(const unsigned char* ghostFlags, Clock::time_point prologueBegan);
+  void ExchangeHalo();
+  void BuildExtendedSet();
+  void WeighByHaloDensities();
+  void Compute();
+  Report MergedReport() const;
+
+private:
+  void RejectUnsupportedGhosts() const;
+  void MeasureHaloWidth();
+  void AgreeWithOtherRanks();
+  void ExtendedDensities();
+  void HaloDensitiesFromOwners();
+  void AnswerGhostPoints();
+  GhostAnswers QueryGhostPoints();
+
+  // The run as the filter asked for it.
+  neighborgrid::Engine& engine;
+  const Request& request;
+  const bool separate; // results at separate queries (request.source holds the particles)
+  vtkMultiProcessController* controller;
+  DistributedSummary& summary;
+  const Points& particles;
+  const std::int64_t queryCount;
+  // SPH smoothing and the gradient weigh every particle by its volume m_j / rho_j.
+  const bool sph;
+  const int outputsPerComponent; // the gradient: 3 per component
+
+  // What the stages hand on.
+  std::exception_ptr failure;
+  Ownership owned;
+  Region region;
+  double reach;        // the halo's width: R, or the largest radius of any rank
+  bool sendRadii;      // agreed by the ranks: a rank without points has no radii
+  bool sendMass;       // agreed likewise; a rank without a mass array sends its constant mass
+  const float* masses; // request.mass or constantMasses
+  HostVector<float> constantMasses;
+  std::vector<Region> regions; // every rank's
+  std::vector<std::vector<std::int64_t>> sendIndices; // per rank, the owned particles it gets
+  Halo halo;
+  ExtendedSet ext;
+  Request run; // the request on the extended set
+  HostVector<std::int32_t> extCounts; // particle mode: outputs for the whole extended set
+  HostVector<float> extDensity;
+  std::vector<HostVector<float>> extOutputs;
+  HostVector<float> rho, volumes;
+  Report report; // the stages before the main run
+  Report last;   // the main run
+};
+
+DistributedRun::DistributedRun(neighborgrid::Engine& engine, const Request& request, bool separate,
+  vtkMultiProcessController* controller, DistributedSummary& summary)
+  : engine(engine)
+  , request(request)
+  , separate(separate)
+  , controller(controller)
+  , summary(summary)
+  , particles(separate ? request.source : request.points)
+  , queryCount(!separate ? 0 : (request.queryGrid.empty() ? request.points.count : request.queryGrid.count()))
+  , sph(request.operation == Operation::Gradient ||
+      (request.operation == Operation::Smoothing && request.normalization == Normalization::SPH))
+  , outputsPerComponent(request.operation == Operation::Gradient ? 3 : 1)
+  , reach(request.radius)
+  , sendRadii(request.radii != nullptr)
+  , sendMass(request.mass && (request.operation == Operation::Density || sph))
+  , masses(request.mass)
+  , regions(static_cast<std::size_t>(summary.ranks))
+  , sendIndices(static_cast<std::size_t>(summary.ranks))
+  , halo(summary.ranks, request.smoothed.size())
+{
+}
+
+/// This rank alone, in parallel and in the input's precision: which particles it owns (not the
+/// ghost points' copies) and its region (its particles and queries). Collective: the ranks agree
+/// that all succeeded.
+void DistributedRun::FindOwnershipAndRegion(const unsigned char* ghostFlags, Clock::time_point prologueBegan)
+{
+  try
+  {
+    this->owned = OwnershipOf(ghostFlags, this->particles.count);
+    AddPoints(this->region, this->particles);
+    this->RejectUnsupportedGhosts();
+    if (this->separate && this->queryCount > 0 && this->request.queryGrid.empty())
+    {
+      AddPoints(this->region, this->request.points);
+    }
+    else if (this->separate && this->queryCount > 0)
+    {
+      AddGrid(this->region, this->request.queryGrid);
+    }
+  }
+  catch (...)
+  {
+    this->failure = std::current_exception();
+  }
+  this->summary.ghostPoints = this->separate ? 0 : static_cast<std::int64_t>(this->owned.ghosts.size());
+  this->summary.prologueMilliseconds = MillisecondsSince(prologueBegan); // this rank's own work only
+  AgreeAllSucceeded(this->controller, this->failure);
+  this->regions[static_cast<std::size_t>(this->summary.rank)] = this->region;
+}
+
+/// Ghost points among the particles are answered by a query at their position over the
+/// particles, which takes neither a gradient (grad f_i needs f_i) nor a radius of its own
+/// (Gather, Symmetric). (With separate queries they are only left out of the particles.)
+void DistributedRun::RejectUnsupportedGhosts() const
+{
+  const bool radiiOrGradient = this->request.radii || this->request.operation == Operation::Gradient;
+  if (radiiOrGradient && !this->owned.ghosts.empty() && !this->separate)
+  {
+    throw Error("NeighborGrid: point " + std::to_string(this->owned.ghosts[0]) +
+      " is a ghost point (vtkGhostType DUPLICATEPOINT); " +
+      (this->request.radii ? "a radius array (per-particle radii)" : "the Gradient operation") +
+      " is not supported with ghost points yet: remove them first (Remove Ghost Information)");
+  }
+}
+
+/// The halo: every rank sends each other rank its owned particles within reach of that rank's
+/// region, with their masses, radii and arrays to smooth. Collective with several ranks; one
+/// rank has no halo.
+void DistributedRun::ExchangeHalo()
+{
+  this->MeasureHaloWidth();
+  const auto exchangeBegan = Clock::now();
+  double haloChoiceMilliseconds = 0.0; // part of the prologue, not of the exchange
+  if (this->summary.ranks > 1)
+  {
+    this->AgreeWithOtherRanks();
+    // The larger part of the prologue: a test per owned particle and other rank.
+    const auto haloBegan = Clock::now();
+    this->sendIndices = ChooseHalo(
+      this->request, this->particles, this->owned, this->regions, this->summary.rank, this->reach);
+    for (const auto& indices : this->sendIndices)
+    {
+      this->summary.haloSent += static_cast<std::int64_t>(indices.size());
+    }
+    haloChoiceMilliseconds = MillisecondsSince(haloBegan);
+    this->summary.prologueMilliseconds += haloChoiceMilliseconds;
+    this->halo.Exchange(this->controller, this->sendIndices, this->request, this->particles, this->sendMass,
+      this->masses, this->sendRadii);
+  }
+  this->summary.haloReceived = this->halo.Count();
+  this->summary.exchangeMilliseconds = MillisecondsSince(exchangeBegan) - haloChoiceMilliseconds;
+}
+
+/// With per-particle radii the halo is as wide as the largest radius (here this rank's; the
+/// ranks agree on the largest next).
+void DistributedRun::MeasureHaloWidth()
+{
+  if (!this->request.radii)
+  {
+    return;
+  }
+  const auto radiiBegan = Clock::now();
+  const float* radii = this->request.radii;
+  this->reach = ReduceInBlocks(
+    this->particles.count, 0.0,
+    [&](double& largest, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i)
+      {
+        largest = std::max(largest, static_cast<double>(radii[i]));
+      }
+    },
+    [](double& total, double part) { total = std::max(total, part); });
+  this->summary.prologueMilliseconds += MillisecondsSince(radiiBegan);
+}
+
+/// Collective: this rank's CUDA device (its place among the ranks on its host), then every
+/// rank's region and whether masses and radii travel, which must not depend on one rank's data.
+void DistributedRun::AgreeWithOtherRanks()
+{
+  this->summary.cudaDevice = NodeLocalDevice(this->controller);
+  if (this->summary.cudaDevice >= 0 && this->request.backend != neighborgrid::Backend::CPU)
+  {
+    this->engine.setCudaDevice(this->summary.cudaDevice);
+  }
+  // An empty region reaches nothing.
+  const RankAgreement agreed = AgreeOnRegions(
+    this->controller, this->region, this->sendMass, this->sendRadii, this->request.radii ? this->reach : 0.0);
+  this->regions = agreed.regions;
+  this->sendMass = agreed.sendMass;
+  this->sendRadii = agreed.sendRadii;
+  if (this->sendRadii)
+  {
+    this->reach = agreed.largestRadius;
+  }
+  const std::int64_t n = this->particles.count;
+  if (this->sendMass && !this->masses)
+  {
+    this->constantMasses.resize(static_cast<std::size_t>(n));
+    const float mass = static_cast<float>(this->request.constantMass);
+    ParallelFor(n, [&](std::int64_t begin, std::int64_t end) {
+      std::fill(this->constantMasses.begin() + begin, this->constantMasses.begin() + end, mass);
+    });
+    this->masses = this->constantMasses.data();
+  }
+  // Other ranks use radii; so must this one, for its points (a rank with points and no radii
+  // would otherwise search with Radius; it cannot happen through the filters).
+  std::exception_ptr radiiFailure;
+  if (this->sendRadii && !this->request.radii && n > 0)
+  {
+    radiiFailure = std::make_exception_ptr(Error("NeighborGrid: other ranks have per-particle radii, this one has none"));
+  }
+  AgreeAllSucceeded(this->controller, radiiFailure);
+}
+
+/// The particles this rank runs on: its owned particles, then the halo in rank order, with the
+/// request on them and, at the particles, outputs for the whole set (the first owned.count are
+/// this rank's).
+void DistributedRun::BuildExtendedSet()
+{
+  const auto extendedBegan = Clock::now();
+  this->ext = ExtendedSet::Of(this->request, this->particles, this->owned, this->masses, this->halo.xyz,
+    this->sendMass ? &this->halo.mass : nullptr, this->sendRadii ? &this->halo.radii : nullptr, this->halo.values);
+  this->run = this->ext.RequestFor(this->request, this->separate);
+  const std::size_t extCount = static_cast<std::size_t>(this->ext.count());
+  if (!this->separate)
+  {
+    if (this->request.neighborCount)
+    {
+      this->extCounts.resize(extCount);
+      this->run.neighborCount = this->extCounts.data();
+    }
+    if (this->request.density)
+    {
+      this->extDensity.resize(extCount);
+      this->run.density = this->extDensity.data();
+    }
+    for (auto& array : this->run.smoothed)
+    {
+      this->extOutputs.emplace_back(extCount * static_cast<std::size_t>(array.components * this->outputsPerComponent));
+      array.output = this->extOutputs.back().data();
+    }
+  }
+  this->summary.prologueMilliseconds += MillisecondsSince(extendedBegan);
+}
+
+/// SPH smoothing and the gradient: rho at every particle of the extended set (exact at this
+/// rank's own, whose halo is complete), then rho of the halo points from their owners (here they
+/// miss the neighbors beyond this rank's region), then the volumes m_j / rho_j the main run
+/// weighs the particles by. Collective. Probe points get their density in a run of their own.
+void DistributedRun::WeighByHaloDensities()
+{
+  if (!this->sph)
+  {
+    return;
+  }
+  this->ExtendedDensities();
+  if (this->summary.ranks > 1)
+  {
+    this->HaloDensitiesFromOwners();
+  }
+  const std::int64_t extCount = this->ext.count();
+  this->volumes.resize(static_cast<std::size_t>(extCount));
+  const bool perParticleMass = !this->ext.mass.empty();
+  const float constantMass = static_cast<float>(this->request.constantMass);
+  ParallelFor(extCount, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t j = begin; j < end; ++j)
+    {
+      this->volumes[j] = (perParticleMass ? this->ext.mass[j] : constantMass) / this->rho[j];
+    }
+  });
+  if (this->separate && this->request.density && extCount > 0 && this->queryCount > 0)
+  {
+    try
+    {
+      Request queryDensity = this->run;
+      queryDensity.operation = Operation::Density;
+      queryDensity.smoothed.clear();
+      AppendStages(this->report, this->engine.run(queryDensity), "query density: ");
+    }
+    catch (...)
+    {
+      this->failure = std::current_exception();
+    }
+  }
+  this->run.particleVolumes = this->volumes.data();
+  this->run.mass = nullptr;
+  this->run.density = nullptr;
+}
+
+/// Collective: rho at every particle of the extended set, from this rank's particles and halo.
+void DistributedRun::ExtendedDensities()
+{
+  const std::int64_t extCount = this->ext.count();
+  try
+  {
+    Request density = this->run;
+    density.points = Points(this->ext.xyz.data(), extCount);
+    density.source = Points();
+    density.queryGrid = neighborgrid::QueryGrid();
+    density.valid = nullptr;
+    density.operation = Operation::Density;
+    density.smoothed.clear();
+    density.neighborCount = nullptr;
+    this->rho.resize(static_cast<std::size_t>(extCount));
+    density.density = this->rho.data();
+    if (extCount > 0)
+    {
+      AppendStages(this->report, this->engine.run(density), "density: ");
+    }
+  }
+  catch (...)
+  {
+    this->failure = std::current_exception();
+  }
+  AgreeAllSucceeded(this->controller, this->failure);
+}
+
+/// Collective: every rank sends the densities of the particles it sent as halo, which replace
+/// the receivers' incomplete ones.
+void DistributedRun::HaloDensitiesFromOwners()
+{
+  std::vector<float> ownRho(static_cast<std::size_t>(this->particles.count), 0.0f);
+  ParallelFor(this->owned.count, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t k = begin; k < end; ++k)
+    {
+      ownRho[static_cast<std::size_t>(this->owned[k])] = this->rho[static_cast<std::size_t>(k)];
+    }
+  });
+  const auto haloRho = ExchangeWithEveryRank(this->controller, Gathered(ownRho.data(), 1, this->sendIndices));
+  std::size_t next = static_cast<std::size_t>(this->owned.count);
+  for (const auto& h : haloRho)
+  {
+    std::copy(h.begin(), h.end(), this->rho.begin() + static_cast<std::ptrdiff_t>(next));
+    next += h.size();
+  }
+}
+
+/// The main run on the extended set; at the particles this rank keeps its owned particles'
+/// results and answers its ghost points. Collective: the ranks agree that all succeeded.
+void DistributedRun::Compute()
+{
+  const bool noParticleNear = this->ext.count() == 0 || this->queryCount == 0;
+  try
+  {
+    if (!this->failure && this->separate && noParticleNear)
+    {
+      FillWithoutNeighbors(this->request); // no particle within reach on any rank
+    }
+    else if (!this->failure && this->separate)
+    {
+      this->last = this->engine.run(this->run);
+    }
+    else if (!this->failure)
+    {
+      if (this->ext.count() > 0)
+      {
+        this->last = this->engine.run(this->run);
+      }
+      WriteOwnedResults(this->request, this->owned, this->extCounts,
+        this->sph ? this->rho.data() : this->extDensity.data(), this->extOutputs, this->outputsPerComponent);
+      this->AnswerGhostPoints();
+    }
+  }
+  catch (...)
+  {
+    this->failure = std::current_exception();
+  }
+  AgreeAllSucceeded(this->controller, this->failure);
+}
+
+/// Ghost points (copies of other ranks' points) take the result of a query at their position
+/// over the extended particle set: their owner's result less the owner's copy at distance 0.
+void DistributedRun::AnswerGhostPoints()
+{
+  const std::vector<std::int64_t>& ghosts = this->owned.ghosts;
+  if (ghosts.empty())
+  {
+    return;
+  }
+  if (this->ext.count() == 0)
   {
     throw Error("NeighborGrid: point " + std::to_string(ghosts[0]) +
       " is a ghost point (vtkGhostType DUPLICATEPOINT), but no rank owns a point at its position");
   }
+  const GhostAnswers answers = this->QueryGhostPoints();
+  const Request& r = this->request;
+  if (r.neighborCount)
+  {
+    // The owner's copy lies at distance 0: a point is not its own neighbor.
+    const auto orphan = std::find_if(answers.counts.begin(), answers.counts.end(), [](std::int32_t c) { return c < 1; });
+    if (orphan != answers.counts.end())
+    {
+      throw Error("NeighborGrid: point " + std::to_string(ghosts[static_cast<std::size_t>(orphan - answers.counts.begin())]) +
+        " is a ghost point (vtkGhostType DUPLICATEPOINT), but no rank owns a point at its position");
+    }
+  }
+  ParallelFor(static_cast<std::int64_t>(ghosts.size()), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t k = begin; k < end; ++k)
+    {
+      const std::int64_t to = ghosts[static_cast<std::size_t>(k)];
+      if (r.neighborCount)
+      {
+        r.neighborCount[to] = answers.counts[k] - 1;
+      }
+      if (r.density)
+      {
+        r.density[to] = answers.density[k];
+      }
+      for (std::size_t a = 0; a < r.smoothed.size(); ++a)
+      {
+        const int c = r.smoothed[a].components;
+        std::copy_n(answers.outputs[a].begin() + k * c, c, r.smoothed[a].output + to * c);
+      }
+    }
+  });
+}
+
+/// The queries at the ghost points over the extended set (for SPH smoothing the density too,
+/// in a run of its own, with the particles' masses).
+GhostAnswers DistributedRun::QueryGhostPoints()
+{
+  const std::vector<std::int64_t>& ghosts = this->owned.ghosts;
   const std::int64_t g = static_cast<std::int64_t>(ghosts.size());
   const std::vector<std::vector<std::int64_t>> ghostList{ ghosts };
-  const std::vector<double> ghostXyz = Gathered<double>(3, ghostList, CoordinateOf(particles))[0];
-  Request query = run;
-  query.source = Points(extXyz, extCount);
+  const std::vector<double> ghostXyz = Gathered<double>(3, ghostList, CoordinateOf(this->particles))[0];
+  GhostAnswers answers;
+  answers.counts.resize(static_cast<std::size_t>(this->request.neighborCount ? g : 0));
+  answers.density.resize(static_cast<std::size_t>(this->request.density ? g : 0));
+  Request query = this->run;
+  query.source = Points(this->ext.xyz.data(), this->ext.count());
   query.points = Points(ghostXyz.data(), g);
-  std::vector<std::int32_t> counts(static_cast<std::size_t>(request.neighborCount ? g : 0));
-  std::vector<float> density(static_cast<std::size_t>(request.density ? g : 0));
-  std::vector<std::vector<float>> outputs;
-  query.neighborCount = request.neighborCount ? counts.data() : nullptr;
-  query.density = request.density && !sph ? density.data() : nullptr;
+  query.neighborCount = this->request.neighborCount ? answers.counts.data() : nullptr;
+  query.density = this->request.density && !this->sph ? answers.density.data() : nullptr;
   for (auto& array : query.smoothed)
   {
-    outputs.emplace_back(static_cast<std::size_t>(g * array.components));
-    array.output = outputs.back().data();
+    answers.outputs.emplace_back(static_cast<std::size_t>(g * array.components));
+    array.output = answers.outputs.back().data();
   }
-  AppendStages(report, engine.run(query), "ghost points: ");
-  if (sph && request.density)
+  AppendStages(this->report, this->engine.run(query), "ghost points: ");
+  if (this->sph && this->request.density)
   {
     Request queryDensity = query;
     queryDensity.operation = Operation::Density;
     queryDensity.smoothed.clear();
     queryDensity.particleVolumes = nullptr;
-    queryDensity.mass = extMass;
-    queryDensity.density = density.data();
-    AppendStages(report, engine.run(queryDensity), "ghost points density: ");
+    queryDensity.mass = this->sendMass ? this->ext.mass.data() : nullptr;
+    queryDensity.density = answers.density.data();
+    AppendStages(this->report, this->engine.run(queryDensity), "ghost points density: ");
   }
-  if (request.neighborCount)
+  return answers;
+}
+
+/// The report of the whole run: this rank's prologue and exchange, the stages before the main
+/// run, then the main run's; at the particles the neighbor pairs of this rank's own points (the
+/// ranks' sums add up to the serial one).
+Report DistributedRun::MergedReport() const
+{
+  Report merged = this->last;
+  merged.stages.clear();
+  merged.stages.push_back({ "distributed prologue", this->summary.prologueMilliseconds });
+  merged.stages.push_back({ "halo exchange", this->summary.exchangeMilliseconds });
+  AppendStages(merged, this->report, "");
+  merged.pairsDecidedInDouble = this->report.pairsDecidedInDouble;
+  AppendStages(merged, this->last, "");
+  if (this->request.neighborCount && !this->separate)
   {
-    // The owner's copy lies at distance 0: a point is not its own neighbor.
-    const auto orphan = std::find_if(counts.begin(), counts.end(), [](std::int32_t c) { return c < 1; });
-    if (orphan != counts.end())
-    {
-      throw Error("NeighborGrid: point " + std::to_string(ghosts[static_cast<std::size_t>(orphan - counts.begin())]) +
-        " is a ghost point (vtkGhostType DUPLICATEPOINT), but no rank owns a point at its position");
-    }
+    const std::int32_t* counts = this->request.neighborCount;
+    const Ownership& own = this->owned;
+    merged.neighborPairs = ReduceInBlocks(
+      own.count, std::int64_t(0),
+      [&](std::int64_t& pairs, std::int64_t begin, std::int64_t end) {
+        for (std::int64_t k = begin; k < end; ++k)
+        {
+          pairs += counts[own[k]];
+        }
+      },
+      [](std::int64_t& total, std::int64_t part) { total += part; });
   }
-  ParallelFor(g, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t k = begin; k < end; ++k)
-    {
-      const std::int64_t to = ghosts[static_cast<std::size_t>(k)];
-      if (request.neighborCount)
-      {
-        request.neighborCount[to] = counts[k] - 1;
-      }
-      if (request.density)
-      {
-        request.density[to] = density[k];
-      }
-      for (std::size_t a = 0; a < request.smoothed.size(); ++a)
-      {
-        const int c = request.smoothed[a].components;
-        std::copy_n(outputs[a].begin() + k * c, c, request.smoothed[a].output + to * c);
-      }
-    }
-  });
+  return merged;
 }
 
 } // namespace
@@ -870,255 +1233,29 @@ void ReportFailureToOtherRanks(vtkMultiProcessController* controller, const std:
 Report RunDistributed(neighborgrid::Engine& engine, const Request& request, bool queriesAreParticles,
   const unsigned char* ghostFlags, vtkMultiProcessController* controller, DistributedSummary& summary)
 {
-  const int ranks = RankCount(controller);
   summary = DistributedSummary();
-  summary.ranks = ranks;
-  summary.rank = ranks > 1 ? controller->GetLocalProcessId() : 0;
-  const bool separate = !queriesAreParticles;
-  const std::int64_t queryCount =
-    !separate ? 0 : (request.queryGrid.empty() ? request.points.count : request.queryGrid.count());
-  const Points& particles = separate ? request.source : request.points;
-  const std::int64_t n = particles.count;
+  summary.ranks = RankCount(controller);
+  summary.rank = summary.ranks > 1 ? controller->GetLocalProcessId() : 0;
+  const Points& particles = queriesAreParticles ? request.points : request.source;
 
   // The path of almost every run: one process and no ghost points. Nothing to exchange and
   // nothing to leave out, so the caller's arrays go to the engine as they are: no pass over the
   // points here (a ghost array, where there is one, is only scanned for ghost points).
-  const auto prologueBegan = std::chrono::steady_clock::now();
-  if (ranks == 1 && !AnyGhostPoint(ghostFlags, n))
+  const auto prologueBegan = Clock::now();
+  if (summary.ranks == 1 && !AnyGhostPoint(ghostFlags, particles.count))
   {
     return engine.run(request);
   }
 
-  // --- This rank: which particles it owns, and its region (in parallel, in the input's precision)
-  Ownership owned;
-  Region region;
-  std::exception_ptr failure;
-  try
-  {
-    owned = OwnershipOf(ghostFlags, n);
-    AddPoints(region, particles);
-    // Ghost points among the particles are answered by a query at their position over the
-    // particles, which takes neither a gradient (grad f_i needs f_i) nor a radius of its own
-    // (Gather, Symmetric). (With separate queries they are only left out of the particles.)
-    const bool radiiOrGradient = request.radii || request.operation == Operation::Gradient;
-    if (radiiOrGradient && !owned.ghosts.empty() && !separate)
-    {
-      throw Error("NeighborGrid: point " + std::to_string(owned.ghosts[0]) +
-        " is a ghost point (vtkGhostType DUPLICATEPOINT); " +
-        (request.radii ? "a radius array (per-particle radii)" : "the Gradient operation") +
-        " is not supported with ghost points yet: remove them first (Remove Ghost Information)");
-    }
-    if (separate && queryCount > 0)
-    {
-      if (request.queryGrid.empty())
-      {
-        AddPoints(region, request.points);
-      }
-      else
-      {
-        AddGrid(region, request.queryGrid);
-      }
-    }
-  }
-  catch (...)
-  {
-    failure = std::current_exception();
-  }
-  summary.ghostPoints = separate ? 0 : static_cast<std::int64_t>(owned.ghosts.size());
-  const std::vector<std::int64_t>& ghosts = owned.ghosts;
-  summary.prologueMilliseconds = MillisecondsSince(prologueBegan); // this rank's own work only
-  AgreeAllSucceeded(controller, failure);
-
-  std::vector<Region> regions(static_cast<std::size_t>(ranks));
-  regions[static_cast<std::size_t>(summary.rank)] = region;
-  std::vector<std::vector<std::int64_t>> sendIndices(static_cast<std::size_t>(ranks));
-  Halo halo(ranks, request.smoothed.size());
-  // SPH smoothing and the gradient weigh every particle by its volume m_j / rho_j: rho of a halo
-  // point comes from its owner (here it would miss the neighbors beyond this rank's region).
-  const bool gradient = request.operation == Operation::Gradient;
-  const bool sph = gradient || (request.operation == Operation::Smoothing && request.normalization == Normalization::SPH);
-  const int outputsPerComponent = gradient ? 3 : 1;
-  // Per-particle radii: they travel with the halo, whose width is the largest radius of any rank.
-  // Whether radii are used must not depend on this rank's data (a rank without points has none):
-  // the ranks agree below.
-  bool sendRadii = request.radii != nullptr;
-  double reach = request.radius;
-  if (request.radii)
-  {
-    const auto radiiBegan = std::chrono::steady_clock::now();
-    reach = ReduceInBlocks(
-      n, 0.0,
-      [&](double& largest, std::int64_t begin, std::int64_t end) {
-        for (std::int64_t i = begin; i < end; ++i)
-        {
-          largest = std::max(largest, static_cast<double>(request.radii[i]));
-        }
-      },
-      [](double& total, double part) { total = std::max(total, part); });
-    summary.prologueMilliseconds += MillisecondsSince(radiiBegan);
-  }
-  // Whether masses travel must not depend on this rank's data (a rank without points may hold no
-  // mass array): the ranks agree below; a rank without a mass array sends its constant mass.
-  bool sendMass = request.mass && (request.operation == Operation::Density || sph);
-  HostVector<float> constantMasses;
-  const float* masses = request.mass;
-  const auto exchangeBegan = std::chrono::steady_clock::now();
-  double haloChoiceMilliseconds = 0.0; // part of the prologue, not of the exchange
-  if (ranks > 1)
-  {
-    // Which device: the rank's place among the ranks on its host.
-    summary.cudaDevice = NodeLocalDevice(controller);
-    if (summary.cudaDevice >= 0 && request.backend != neighborgrid::Backend::CPU)
-    {
-      engine.setCudaDevice(summary.cudaDevice);
-    }
-    // Every rank's region, and whether masses and radii travel (an empty region reaches nothing).
-    const RankAgreement agreed = AgreeOnRegions(controller, region, sendMass, sendRadii, request.radii ? reach : 0.0);
-    regions = agreed.regions;
-    sendMass = agreed.sendMass;
-    sendRadii = agreed.sendRadii;
-    if (sendRadii)
-    {
-      reach = agreed.largestRadius;
-    }
-    if (sendMass && !masses)
-    {
-      constantMasses.resize(static_cast<std::size_t>(n));
-      ParallelFor(n, [&](std::int64_t begin, std::int64_t end) {
-        std::fill(constantMasses.begin() + begin, constantMasses.begin() + end, static_cast<float>(request.constantMass));
-      });
-      masses = constantMasses.data();
-    }
-    // Other ranks use radii; so must this one, for its points (a rank with points and no radii
-    // would otherwise search with Radius; it cannot happen through the filters).
-    std::exception_ptr radiiFailure;
-    if (sendRadii && !request.radii && n > 0)
-    {
-      radiiFailure = std::make_exception_ptr(Error("NeighborGrid: other ranks have per-particle radii, this one has none"));
-    }
-    AgreeAllSucceeded(controller, radiiFailure);
-    const auto haloBegan = std::chrono::steady_clock::now();
-    sendIndices = ChooseHalo(request, particles, owned, regions, summary.rank, reach);
-    for (const auto& indices : sendIndices)
-    {
-      summary.haloSent += static_cast<std::int64_t>(indices.size());
-    }
-    haloChoiceMilliseconds = MillisecondsSince(haloBegan);
-    summary.prologueMilliseconds += haloChoiceMilliseconds;
-    halo.Exchange(controller, sendIndices, request, particles, sendMass, masses, sendRadii);
-  }
-  summary.haloReceived = halo.Count();
-  summary.exchangeMilliseconds = MillisecondsSince(exchangeBegan) - haloChoiceMilliseconds;
-
-  // --- The extended particle set: owned particles, then the halo in rank order --------------
-  const auto extendedBegan = std::chrono::steady_clock::now();
-  const ExtendedSet ext = ExtendedSet::Of(request, particles, owned, masses, halo.xyz, sendMass ? &halo.mass : nullptr,
-    sendRadii ? &halo.radii : nullptr, halo.values);
-  const HostVector<double>& extXyz = ext.xyz;
-  const HostVector<float>& extMass = ext.mass;
-  const std::int64_t extCount = ext.count();
-  const std::int64_t ownedCount = owned.count;
-  Request run = ext.RequestFor(request, separate);
-  // Particle mode: outputs for the whole extended set; the first ownedCount are this rank's.
-  HostVector<std::int32_t> extCounts;
-  HostVector<float> extDensity;
-  std::vector<HostVector<float>> extOutputs;
-  if (!separate)
-  {
-    if (request.neighborCount)
-    {
-      extCounts.resize(static_cast<std::size_t>(extCount));
-      run.neighborCount = extCounts.data();
-    }
-    if (request.density)
-    {
-      extDensity.resize(static_cast<std::size_t>(extCount));
-      run.density = extDensity.data();
-    }
-    for (auto& array : run.smoothed)
-    {
-      extOutputs.emplace_back(static_cast<std::size_t>(extCount * array.components * outputsPerComponent));
-      array.output = extOutputs.back().data();
-    }
-  }
-  summary.prologueMilliseconds += MillisecondsSince(extendedBegan);
-
-  Report report;
-  HostVector<float> rho, volumes;
-  if (sph)
-  {
-    HaloDensities(engine, controller, request, run, ext, owned, sendIndices, n, rho, volumes, report, failure);
-    if (separate && request.density && extCount > 0 && queryCount > 0)
-    {
-      try
-      {
-        Request queryDensity = run;
-        queryDensity.operation = Operation::Density;
-        queryDensity.smoothed.clear();
-        AppendStages(report, engine.run(queryDensity), "query density: ");
-      }
-      catch (...)
-      {
-        failure = std::current_exception();
-      }
-    }
-    run.particleVolumes = volumes.data();
-    run.mass = nullptr;
-    run.density = nullptr;
-  }
-
-  Report last;
-  try
-  {
-    if (!failure && separate && (extCount == 0 || queryCount == 0))
-    {
-      FillWithoutNeighbors(request); // no particle within reach on any rank
-    }
-    else if (!failure && separate)
-    {
-      last = engine.run(run);
-    }
-    else if (!failure)
-    {
-      if (extCount > 0)
-      {
-        last = engine.run(run);
-      }
-      WriteOwnedResults(request, owned, extCounts, sph ? rho.data() : extDensity.data(), extOutputs, outputsPerComponent);
-      if (!ghosts.empty())
-      {
-        AnswerGhostPoints(engine, request, run, particles, ghosts, extXyz.data(), extCount,
-          sendMass ? extMass.data() : nullptr, sph, report);
-      }
-    }
-  }
-  catch (...)
-  {
-    failure = std::current_exception();
-  }
-  AgreeAllSucceeded(controller, failure);
-
-  Report merged = last;
-  merged.stages.clear();
-  merged.stages.push_back({ "distributed prologue", summary.prologueMilliseconds });
-  merged.stages.push_back({ "halo exchange", summary.exchangeMilliseconds });
-  AppendStages(merged, report, "");
-  merged.pairsDecidedInDouble = report.pairsDecidedInDouble;
-  AppendStages(merged, last, "");
-  if (request.neighborCount && !separate)
-  {
-    // This rank's own points: the ranks' sums add up to the serial one.
-    merged.neighborPairs = ReduceInBlocks(
-      ownedCount, std::int64_t(0),
-      [&](std::int64_t& pairs, std::int64_t begin, std::int64_t end) {
-        for (std::int64_t k = begin; k < end; ++k)
-        {
-          pairs += request.neighborCount[owned[k]];
-        }
-      },
-      [](std::int64_t& total, std::int64_t part) { total += part; });
-  }
-  return merged;
+  // Several ranks, or ghost points to leave out: the stages, each collective where it talks to
+  // the other ranks.
+  DistributedRun run(engine, request, !queriesAreParticles, controller, summary);
+  run.FindOwnershipAndRegion(ghostFlags, prologueBegan); // this rank's owned particles and region
+  run.ExchangeHalo();                                    // the particles near other ranks' regions
+  run.BuildExtendedSet();                                // owned particles, then the halo
+  run.WeighByHaloDensities();                            // SPH smoothing and the gradient only
+  run.Compute();                                         // owned results, then the ghost points'
+  return run.MergedReport();
 }
 
 } // namespace neighborgrid_filters

@@ -64,13 +64,15 @@
 
 #include "vtkSmartPointer.h" // for vtkSmartPointer
 
-#include <memory> // for std::unique_ptr
-#include <string> // for std::string
-#include <vector> // for std::vector
+#include <functional> // for std::function
+#include <memory>     // for std::unique_ptr
+#include <string>     // for std::string
+#include <vector>     // for std::vector
 
 class vtkAbstractArray;
 class vtkDataArray;
 class vtkDataObject;
+class vtkDataSet;
 class vtkMultiProcessController;
 class vtkPointSet;
 
@@ -297,6 +299,22 @@ protected:
   /// with the result arrays, 0 with Error set (nothing reported yet), 2 when aborted.
   int ComputeNeighborhood(vtkPointSet* particles, const QuerySpec& queries, ComputeResult& result);
 
+  /// ComputeNeighborhood, then its outcome in `output`: after a successful run, `shapeOutput` gives
+  /// it its structure (a copy of the input or of the probe, the volume's grid), then come the
+  /// result arrays and NeighborGridInfo, added to the field data of `fieldSource`. Returns what
+  /// RequestData returns: 1, also when aborted (the output is then left empty: an abort is not an
+  /// error), or ReportError's 0.
+  int ComputeInto(vtkPointSet* particles, const QuerySpec& queries, vtkDataObject* fieldSource, vtkDataSet* output,
+    const std::function<void()>& shapeOutput);
+
+  /// Reports `message` with vtkErrorMacro (naming the block inside a composite execution), leaves
+  /// `output` empty and records the error in LastRunInfo. Returns 0, for RequestData to return.
+  int ReportError(vtkDataObject* output, const std::string& message);
+
+  /// Checks the properties and the input and builds the engine's request from them, concern by
+  /// concern (internal: NeighborhoodRequestBuilder.h).
+  class RequestBuilder;
+
   /// The particles of an input taken as one set: a vtkPointSet as it is; the non-empty vtkPointSet
   /// blocks of a composite dataset appended (their points, and the point arrays that all of them
   /// have). Null with `error` set when there is no point set.
@@ -315,6 +333,7 @@ protected:
 
   /// Adds the NeighborGridInfo field-data array (and keeps the output's own field data).
   static void AttachInfo(vtkDataObject* source, vtkDataObject* output, const std::vector<std::string>& info);
+  /// Records `info` as LastRunInfo (inside a composite execution: as the current block's part).
   void SetLastRunInfo(const std::vector<std::string>& info);
 
   double Radius = 1.0;

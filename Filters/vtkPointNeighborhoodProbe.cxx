@@ -3,22 +3,18 @@
 #include "vtkPointNeighborhoodProbe.h"
 
 #include "NeighborhoodDistributed.h"
+#include "NeighborhoodRequestBuilder.h"
 
 #include "vtkAlgorithmOutput.h"
 #include "vtkCompositeDataSet.h"
 #include "vtkDataArray.h"
 #include "vtkDataObject.h"
 #include "vtkDataSet.h"
-#include "vtkDoubleArray.h"
-#include "vtkImageData.h"
 #include "vtkMultiProcessController.h"
 #include "vtkInformation.h"
 #include "vtkInformationVector.h"
-#include "vtkMatrix3x3.h"
 #include "vtkObjectFactory.h"
-#include "vtkPointData.h"
 #include "vtkPointSet.h"
-#include "vtkPoints.h"
 #include "vtkSmartPointer.h"
 #include "vtkStreamingDemandDrivenPipeline.h"
 
@@ -155,18 +151,9 @@ int vtkPointNeighborhoodProbe::RequestData(
   vtkDataObject* particleInput = vtkDataObject::GetData(inputVector[0], 0);
   vtkDataSet* probe = vtkDataSet::GetData(inputVector[1], 0);
   vtkDataSet* output = vtkDataSet::GetData(outputVector, 0);
-  auto fail = [&](const std::string& message) {
-    vtkErrorMacro(<< message);
-    if (output)
-    {
-      output->Initialize();
-    }
-    this->SetLastRunInfo({ "error=" + message });
-    return 0;
-  };
   if (!probe || !output)
   {
-    return fail("The probe (Source) must be a vtkDataSet.");
+    return this->ReportError(output, "The probe (Source) must be a vtkDataSet.");
   }
   vtkMultiProcessController* controller = this->GetController();
   const bool distributed = controller && controller->GetNumberOfProcesses() > 1;
@@ -176,54 +163,16 @@ int vtkPointNeighborhoodProbe::RequestData(
   {
     // The other processes wait for this one in the collective run: tell them it will not come.
     neighborgrid_filters::ReportFailureToOtherRanks(controller, error);
-    return fail(error);
+    return this->ReportError(output, error);
   }
   if (particles->GetNumberOfPoints() == 0 && !distributed)
   {
-    return fail("The particles (Input) have no points.");
+    return this->ReportError(output, "The particles (Input) have no points.");
   }
 
-  QuerySpec queries;
-  queries.Count = probe->GetNumberOfPoints();
-  vtkSmartPointer<vtkDoubleArray> probePoints;
-  auto* image = vtkImageData::SafeDownCast(probe);
-  const int* extent = image ? image->GetExtent() : nullptr;
-  if (image && image->GetDirectionMatrix()->IsIdentity() && extent[0] == 0 && extent[2] == 0 && extent[4] == 0)
-  {
-    // An axis-aligned image: the engine generates its points (origin + ijk * spacing, as
-    // vtkImageData::GetPoint computes them).
-    queries.Kind = QuerySpec::GRID;
-    int dimensions[3];
-    image->GetDimensions(dimensions);
-    for (int a = 0; a < 3; ++a)
-    {
-      queries.Origin[a] = image->GetOrigin()[a];
-      queries.Spacing[a] = image->GetSpacing()[a];
-      queries.Dimensions[a] = dimensions[a];
-    }
-  }
-  else if (auto* pointSet = vtkPointSet::SafeDownCast(probe))
-  {
-    queries.Kind = QuerySpec::POINTS;
-    queries.Coordinates = pointSet->GetPoints() ? pointSet->GetPoints()->GetData() : nullptr;
-  }
-  else
-  {
-    // Rectilinear grids, images with a direction or a shifted extent: their points in double.
-    queries.Kind = QuerySpec::POINTS;
-    probePoints = vtkSmartPointer<vtkDoubleArray>::New();
-    probePoints->SetNumberOfComponents(3);
-    probePoints->SetNumberOfTuples(queries.Count);
-    for (vtkIdType i = 0; i < queries.Count; ++i)
-    {
-      double x[3];
-      probe->GetPoint(i, x);
-      probePoints->SetTypedTuple(i, x);
-    }
-    queries.Coordinates = probePoints;
-  }
-
-  ComputeResult result;
+  // The output: a shallow copy of the probe plus the results.
+  vtkSmartPointer<vtkDataArray> convertedPoints;
+  const QuerySpec queries = RequestBuilder::ProbeQueries(probe, convertedPoints);
   if (queries.Count == 0 && !distributed)
   {
     // An empty probe: nothing to compute; it passes through.
@@ -231,25 +180,7 @@ int vtkPointNeighborhoodProbe::RequestData(
     this->SetLastRunInfo({ "queries=0" });
     return 1;
   }
-  const int status = this->ComputeNeighborhood(particles, queries, result);
-  if (status == 2)
-  {
-    output->Initialize();
-    this->SetLastRunInfo({ "aborted=" + result.AbortMessage });
-    return 1;
-  }
-  if (status == 0)
-  {
-    return fail(result.Error);
-  }
-  output->ShallowCopy(probe);
-  for (const auto& array : result.Arrays)
-  {
-    output->GetPointData()->AddArray(array);
-  }
-  AttachInfo(probe, output, result.Info);
-  this->SetLastRunInfo(result.Info);
-  return 1;
+  return this->ComputeInto(particles, queries, probe, output, [&] { output->ShallowCopy(probe); });
 }
 
 //------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include "vtkPointNeighborhoodVolume.h"
 
 #include "NeighborhoodDistributed.h"
+#include "NeighborhoodRequestBuilder.h"
 
 #include "vtkAlgorithmOutput.h"
 #include "vtkCompositeDataSet.h"
@@ -134,6 +135,33 @@ double AllProcessMax(vtkMultiProcessController* controller, double value)
     controller->AllReduce(&value, &all, 1, vtkCommunicator::MAX_OP);
   }
   return all;
+}
+
+/// This process's piece of the whole extent (pieces share their boundary points): the piece the
+/// output is asked for, by default the process's rank among the processes; all of it in one process.
+void PieceExtent(vtkMultiProcessController* controller, vtkInformation* outInfo, const int wholeExtent[6],
+  int extent[6])
+{
+  std::copy(wholeExtent, wholeExtent + 6, extent);
+  if (!Distributed(controller))
+  {
+    return;
+  }
+  int piece = controller->GetLocalProcessId(), pieces = controller->GetNumberOfProcesses();
+  if (outInfo->Has(vtkStreamingDemandDrivenPipeline::UPDATE_PIECE_NUMBER()) &&
+    outInfo->Has(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES()))
+  {
+    piece = outInfo->Get(vtkStreamingDemandDrivenPipeline::UPDATE_PIECE_NUMBER());
+    pieces = outInfo->Get(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES());
+  }
+  int whole[6]; // PieceToExtentThreadSafe takes it non-const
+  std::copy(wholeExtent, wholeExtent + 6, whole);
+  vtkNew<vtkExtentTranslator> translator;
+  if (!translator->PieceToExtentThreadSafe(piece, pieces, 0, whole, extent, vtkExtentTranslator::BLOCK_MODE, 0))
+  {
+    extent[0] = extent[2] = extent[4] = 0; // no piece for this process: an empty extent
+    extent[1] = extent[3] = extent[5] = -1;
+  }
 }
 
 } // namespace
@@ -293,55 +321,73 @@ bool vtkPointNeighborhoodVolume::UpdatedParticleBounds(
 int vtkPointNeighborhoodVolume::RequestData(
   vtkInformation*, vtkInformationVector** inputVector, vtkInformationVector* outputVector)
 {
-  vtkDataObject* particleInput = vtkDataObject::GetData(inputVector[0], 0);
   vtkInformation* outInfo = outputVector->GetInformationObject(0);
   vtkImageData* output = vtkImageData::GetData(outInfo);
-  auto fail = [&](const std::string& message) {
-    vtkErrorMacro(<< message);
-    if (output)
-    {
-      output->Initialize();
-    }
-    this->SetLastRunInfo({ "error=" + message });
-    return 0;
-  };
   if (!output)
   {
-    return fail("The output must be a vtkImageData.");
+    return this->ReportError(output, "The output must be a vtkImageData.");
   }
   if (!this->RadiusArraySelected() && !(std::isfinite(this->Radius) && this->Radius > 0.0))
   {
-    return fail("The radius must be a finite number > 0 (got " + std::to_string(this->Radius) + ").");
+    return this->ReportError(
+      output, "The radius must be a finite number > 0 (got " + std::to_string(this->Radius) + ").");
   }
   vtkMultiProcessController* controller = this->GetController();
-  const bool distributed = Distributed(controller);
   std::string error;
-  vtkSmartPointer<vtkPointSet> particles = GatherParticles(particleInput, error);
+  vtkSmartPointer<vtkPointSet> particles = GatherParticles(vtkDataObject::GetData(inputVector[0], 0), error);
   const std::string gatherError = particles ? std::string() : error;
   if (!particles)
   {
     particles = vtkSmartPointer<vtkPolyData>::New(); // takes part in the collective steps below
   }
-  // The box is the same on every process: the bounds of all processes' particles.
+  // The grid is the same on every process: from the bounds of all processes' particles.
   double bounds[6];
   const bool anyParticle = AllProcessBounds(controller, particles, bounds);
   const double paddingRadius = this->PaddingRadius(particles); // collective too
   if (!gatherError.empty())
   {
     neighborgrid_filters::ReportFailureToOtherRanks(controller, gatherError);
-    return fail(gatherError);
+    return this->ReportError(output, gatherError);
   }
   if (!anyParticle)
   {
-    return fail("The particles (Input) have no points."); // on every process alike
+    return this->ReportError(output, "The particles (Input) have no points."); // on every process alike
   }
-  double lo[3], hi[3];
-  this->VolumeBox(bounds, paddingRadius, lo, hi);
   double origin[3], spacing[3];
+  int wholeExtent[6], extent[6];
+  if (!this->WholeGrid(bounds, paddingRadius, origin, spacing, wholeExtent, error))
+  {
+    return this->ReportError(output, error);
+  }
+  outInfo->Set(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), wholeExtent, 6);
+  PieceExtent(controller, outInfo, wholeExtent, extent);
+
+  // The output: this process's piece of the grid, with the results at its points.
+  const int status =
+    this->ComputeInto(particles, RequestBuilder::GridQueries(origin, spacing, extent), particles, output, [&] {
+      output->Initialize();
+      output->SetExtent(extent);
+      output->SetOrigin(origin);
+      output->SetSpacing(spacing);
+    });
+  vtkPointData* results = output->GetPointData();
+  if (status == 1 && results->GetNumberOfArrays() > 0) // none when aborted
+  {
+    results->SetActiveScalars(results->GetArrayName(0));
+  }
+  return status;
+}
+
+//------------------------------------------------------------------------------
+bool vtkPointNeighborhoodVolume::WholeGrid(const double particleBounds[6], double paddingRadius, double origin[3],
+  double spacing[3], int wholeExtent[6], std::string& error) const
+{
+  double lo[3], hi[3];
+  this->VolumeBox(particleBounds, paddingRadius, lo, hi);
   int cells[3];
   if (!VolumeGrid(lo, hi, this->RefinementMode, this->Resolution, this->CellSize, origin, spacing, cells, error))
   {
-    return fail(error);
+    return false;
   }
   const double points = double(cells[0] + 1) * double(cells[1] + 1) * double(cells[2] + 1);
   if (points > 2147483646.0)
@@ -349,68 +395,15 @@ int vtkPointNeighborhoodVolume::RequestData(
     std::ostringstream s;
     s << "The volume would have " << points << " points; at most 2^31 - 2 are supported. Lower the Resolution or "
       << "raise the CellSize.";
-    return fail(s.str());
+    error = s.str();
+    return false;
   }
-  int wholeExtent[6] = { 0, cells[0], 0, cells[1], 0, cells[2] };
-  outInfo->Set(vtkStreamingDemandDrivenPipeline::WHOLE_EXTENT(), wholeExtent, 6);
-  int extent[6];
-  std::copy(wholeExtent, wholeExtent + 6, extent);
-  if (distributed)
-  {
-    // This process's piece of the whole extent (pieces share their boundary points).
-    int piece = controller->GetLocalProcessId(), pieces = controller->GetNumberOfProcesses();
-    if (outInfo->Has(vtkStreamingDemandDrivenPipeline::UPDATE_PIECE_NUMBER()) &&
-      outInfo->Has(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES()))
-    {
-      piece = outInfo->Get(vtkStreamingDemandDrivenPipeline::UPDATE_PIECE_NUMBER());
-      pieces = outInfo->Get(vtkStreamingDemandDrivenPipeline::UPDATE_NUMBER_OF_PIECES());
-    }
-    vtkNew<vtkExtentTranslator> translator;
-    if (!translator->PieceToExtentThreadSafe(
-          piece, pieces, 0, wholeExtent, extent, vtkExtentTranslator::BLOCK_MODE, 0))
-    {
-      extent[0] = extent[2] = extent[4] = 0; // no piece for this process: an empty extent
-      extent[1] = extent[3] = extent[5] = -1;
-    }
-  }
-
-  QuerySpec queries;
-  queries.Kind = QuerySpec::GRID;
-  queries.Count = 1;
   for (int a = 0; a < 3; ++a)
   {
-    queries.Origin[a] = origin[a] + extent[2 * a] * spacing[a];
-    queries.Spacing[a] = spacing[a];
-    queries.Dimensions[a] = std::max(0, extent[2 * a + 1] - extent[2 * a] + 1);
-    queries.Count *= queries.Dimensions[a];
+    wholeExtent[2 * a] = 0;
+    wholeExtent[2 * a + 1] = cells[a];
   }
-  ComputeResult result;
-  const int status = this->ComputeNeighborhood(particles, queries, result);
-  if (status == 2)
-  {
-    output->Initialize();
-    this->SetLastRunInfo({ "aborted=" + result.AbortMessage });
-    return 1;
-  }
-  if (status == 0)
-  {
-    return fail(result.Error);
-  }
-  output->Initialize();
-  output->SetExtent(extent[0], extent[1], extent[2], extent[3], extent[4], extent[5]);
-  output->SetOrigin(origin);
-  output->SetSpacing(spacing);
-  for (const auto& array : result.Arrays)
-  {
-    output->GetPointData()->AddArray(array);
-  }
-  if (result.Arrays.size() > 0)
-  {
-    output->GetPointData()->SetActiveScalars(result.Arrays[0]->GetName());
-  }
-  AttachInfo(particles, output, result.Info);
-  this->SetLastRunInfo(result.Info);
-  return 1;
+  return true;
 }
 
 //------------------------------------------------------------------------------

@@ -30,18 +30,14 @@
 #include "NeighborGridFiltersModule.h" // for export macro
 #include "vtkPointNeighborhoodFilter.h"
 
+#include <string> // for std::string
+
 class NEIGHBORGRIDFILTERS_EXPORT vtkPointNeighborhoodVolume : public vtkPointNeighborhoodFilter
 {
 public:
   static vtkPointNeighborhoodVolume* New();
   vtkTypeMacro(vtkPointNeighborhoodVolume, vtkPointNeighborhoodFilter);
   void PrintSelf(ostream& os, vtkIndent indent) override;
-
-  enum RefinementModes
-  {
-    USE_RESOLUTION = 0,
-    USE_CELL_SIZE = 1
-  };
 
   ///@{
   /// The box (see the class description).
@@ -55,6 +51,13 @@ public:
   vtkSetMacro(Padding, double);
   vtkGetMacro(Padding, double);
   ///@}
+
+  /// How the box is divided: Resolution cells per axis, or cells of CellSize.
+  enum RefinementModes
+  {
+    USE_RESOLUTION = 0,
+    USE_CELL_SIZE = 1
+  };
 
   ///@{
   /// How the box is divided (see the class description). Resolution default 64 x 64 x 64 cells.
@@ -82,6 +85,10 @@ protected:
   /// What a negative Padding means around the particles: Radius, or with a radius array the
   /// largest radius of every process's particles (collective then).
   double PaddingRadius(vtkPointSet* particles);
+  /// The grid of the volume's box (VolumeBox) as RefinementMode divides it: its origin, spacing
+  /// and whole extent; false with `error` for bad settings or more points than supported.
+  bool WholeGrid(const double particleBounds[6], double paddingRadius, double origin[3], double spacing[3],
+    int wholeExtent[6], std::string& error) const;
   /// The particles' bounds for RequestInformation, the particles updated first, and their
   /// largest radius (LargestRadius); false when there are none.
   bool UpdatedParticleBounds(vtkInformation* inInfo, vtkInformation* outInfo, double bounds[6], double& largestRadius);
