@@ -29,7 +29,7 @@ class Fenns final : public CudaMethod
 public:
   Fenns(DevicePool& pool, bool claws)
     : claws_(claws), slots_(pool), counts_(pool), innerStart_(pool), borderCount_(pool), occupied_(pool),
-      occupiedCount_(pool), particles_(pool), orderToInput_(pool), scratch_(pool)
+      items_(pool), occupiedCount_(pool), particles_(pool), orderToInput_(pool), scratch_(pool)
   {
     // Benchmarking knob: average points per coarse cell.
     if (const char* target = std::getenv("NEIGHBORGRID_FENNS_TARGET"))
@@ -52,7 +52,9 @@ public:
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, size);
     const std::int64_t slots = 2 * cellCapacity(n, layout) + 2;
     const std::int64_t sections = claws_ ? 2 * slots : slots;
-    return SlotCells::plannedBytes(n, layout) + 4 * (sections + 1) + 4 * 3 * (slots + 1) + 20 * n + (std::int64_t(8) << 20);
+    const std::int64_t chunkItems = 8 * (slots + n / fennsChunk + 1);
+    return SlotCells::plannedBytes(n, layout) + 4 * (sections + 1) + 4 * 3 * (slots + 1) + chunkItems + 20 * n +
+      (std::int64_t(8) << 20);
   }
 
   void sort(CudaRun& run) override
@@ -61,14 +63,16 @@ public:
     const int n = static_cast<int>(run.count);
     flags_ = claws_ ? clawsFlags() : SearchFlags{};
     // The coarse cells: sized from the bounds' average density, then corrected by the points per
-    // occupied cell actually found (a far outlier makes the bounds' average useless).
+    // occupied cell actually found, as a point sees it (a far outlier makes the bounds' average
+    // useless, and in dense clusters inside sparse space the plain mean over occupied cells is
+    // the sparse cells' own: the clusters' cells then held hundreds of chunks).
     const double fine = cellSizeFor(p.radius, 1);
     double k = coarseSize(p, n) / fine;
     for (int attempt = 0;; ++attempt)
     {
       coarse_.size = k * fine;
       slots_.build(run, makeKeyLayout(p.lo, p.hi, coarse_.size), coarse_.size);
-      const double perCell = double(n) / double(std::max(1, slots_.occupiedCells()));
+      const double perCell = pointWeightedPopulation(run, n);
       if (attempt == 3 || k <= 1.0 || perCell <= 2.0 * targetPerCell_)
       {
         break;
@@ -140,17 +144,19 @@ public:
       layout_ = CellLayout{ counts, innerStart, slots, false };
     }
 
-    // One search block per occupied cell.
+    // One search block per chunk of an occupied cell (one per cell in the scatter variant).
     int* occupied = occupied_.ensure(std::size_t(slots), "occupied coarse cells");
-    int* occupiedCount = occupiedCount_.ensure(1, "occupied coarse cell count");
-    NG_CUDA_CHECK(cudaMemsetAsync(occupiedCount, 0, sizeof(int), run.stream), "clearing the occupied count");
-    listOccupied<<<blocksFor(slots), 256, 0, run.stream>>>(layout_, occupied, occupiedCount);
+    int2* items = items_.ensure(std::size_t(slots) + std::size_t(n) / fennsChunk + 1, "coarse cell chunks");
+    int* occupiedCount = occupiedCount_.ensure(2, "occupied coarse cell count");
+    NG_CUDA_CHECK(cudaMemsetAsync(occupiedCount, 0, 2 * sizeof(int), run.stream), "clearing the occupied count");
+    listOccupied<<<blocksFor(slots), 256, 0, run.stream>>>(layout_, fennsChunk, occupied, items, occupiedCount);
     NG_CUDA_CHECK_LAUNCH("listOccupied");
-    int* host = occupiedHost_.ensure(1, "occupied coarse cell count (pinned host memory)");
-    NG_CUDA_CHECK(cudaMemcpyAsync(host, occupiedCount, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
+    int* host = occupiedHost_.ensure(2, "occupied coarse cell count (pinned host memory)");
+    NG_CUDA_CHECK(cudaMemcpyAsync(host, occupiedCount, 2 * sizeof(int), cudaMemcpyDeviceToHost, run.stream),
       "reading the occupied count");
     NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "listing occupied coarse cells");
-    occupiedCells_ = *host;
+    occupiedCells_ = host[0];
+    chunkItems_ = host[1];
   }
 
   double cellSize() const override { return coarse_.size; }
@@ -168,7 +174,7 @@ public:
   std::int64_t heldBytes() const override
   {
     return slots_.heldBytes() +
-      std::int64_t(counts_.bytes() + innerStart_.bytes() + borderCount_.bytes() + occupied_.bytes() +
+      std::int64_t(counts_.bytes() + innerStart_.bytes() + borderCount_.bytes() + occupied_.bytes() + items_.bytes() +
         occupiedCount_.bytes() + particles_.bytes() + orderToInput_.bytes() + scratch_.bytes());
   }
 
@@ -183,6 +189,7 @@ private:
     params.table = slots_.table(nullptr);
     params.layout = layout_;
     params.occupied = occupied_.get();
+    params.items = items_.get();
     params.test = test_;
     params.decided = run.decided;
     if (occupiedCells_ == 0)
@@ -202,7 +209,28 @@ private:
     const std::size_t bytes = fennsSharedBytes<Op>(grid_.fineCells);
     NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
       "raising the FENNS search's shared-memory limit");
-    fennsSearch<<<occupiedCells_, fennsThreads, bytes, run.stream>>>(params, particles_.get(), orderToInput_.get(), op, flags_);
+    fennsSearch<<<chunkItems_, fennsThreads, bytes, run.stream>>>(params, particles_.get(), orderToInput_.get(), op, flags_);
+  }
+
+  /// Points per occupied coarse cell as a point sees it: the sum over cells of their points
+  /// squared, over n (the points of the cell an average point lies in; the mean for even data).
+  double pointWeightedPopulation(CudaRun& run, int n)
+  {
+    const int slots = slots_.slots();
+    int* counts = counts_.ensure(std::size_t(slots) + 1, "coarse cell counts and starts");
+    auto* total = reinterpret_cast<unsigned long long*>(scratch_.ensure(sizeof(unsigned long long), "scan scratch"));
+    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int) * std::size_t(slots), run.stream), "clearing cell counts");
+    NG_CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(unsigned long long), run.stream), "clearing a sum");
+    const int blocks = std::min(blocksFor(n), 32 * run.device->multiprocessors);
+    countPerSlot<<<blocks, 256, 0, run.stream>>>(slots_.slotOf(), n, counts);
+    NG_CUDA_CHECK_LAUNCH("countPerSlot");
+    sumOfSquares<<<std::min(blocksFor(slots), 32 * run.device->multiprocessors), 256, 0, run.stream>>>(counts, slots, total);
+    NG_CUDA_CHECK_LAUNCH("sumOfSquares");
+    auto* host = squaresHost_.ensure(1, "sum of squared cell counts (pinned host memory)");
+    NG_CUDA_CHECK(cudaMemcpyAsync(host, total, sizeof(unsigned long long), cudaMemcpyDeviceToHost, run.stream),
+      "reading the sum of squared cell counts");
+    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "sizing the coarse cells");
+    return double(*host) / double(std::max(1, n));
   }
 
   /// The coarse cell size: k cells of size R, k the largest for which a coarse cell holds at most
@@ -280,8 +308,11 @@ private:
   DeviceBuffer<int> innerStart_;
   DeviceBuffer<int> borderCount_;
   DeviceBuffer<int> occupied_;
+  DeviceBuffer<int2> items_;
+  int chunkItems_ = 0;
   DeviceBuffer<int> occupiedCount_;
   PinnedBuffer<int> occupiedHost_;
+  PinnedBuffer<unsigned long long> squaresHost_;
   DeviceBuffer<Particle> particles_;
   DeviceBuffer<std::int32_t> orderToInput_;
   DeviceBuffer<unsigned char> scratch_;

@@ -179,13 +179,51 @@ struct CellLayout
   }
 };
 
-/// The occupied slots, one search block each.
-__global__ void listOccupied(CellLayout layout, int* __restrict__ occupied, int* __restrict__ count)
+/// The occupied slots (one block each in the scatter variant), and the search's work items: one
+/// per chunk of `chunk` points of an occupied cell, (slot, first point), so that a cell of many
+/// chunks runs on many blocks instead of looping over its chunks on one. counts[0] receives the
+/// occupied cells, counts[1] the items.
+__global__ void listOccupied(CellLayout layout, int chunk, int* __restrict__ occupied, int2* __restrict__ items,
+  int* __restrict__ counts)
 {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c < layout.slots && layout.size(c) > 0)
+  const int size = c < layout.slots ? layout.size(c) : 0;
+  if (size > 0)
   {
-    occupied[atomicAdd(count, 1)] = c;
+    occupied[atomicAdd(counts, 1)] = c;
+    const int chunks = (size + chunk - 1) / chunk;
+    const int first = atomicAdd(counts + 1, chunks);
+    for (int k = 0; k < chunks; ++k)
+    {
+      items[first + k] = make_int2(c, k * chunk);
+    }
+  }
+}
+
+/// Points per occupied cell: counts[slotOf[i]] += 1.
+__global__ void countPerSlot(const std::int32_t* __restrict__ slotOf, int n, int* __restrict__ counts)
+{
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+  {
+    atomicAdd(counts + slotOf[i], 1);
+  }
+}
+
+/// sum over slots of counts^2, into *total.
+__global__ void sumOfSquares(const int* __restrict__ counts, int slots, unsigned long long* __restrict__ total)
+{
+  unsigned long long sum = 0;
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < slots; c += gridDim.x * blockDim.x)
+  {
+    sum += static_cast<unsigned long long>(counts[c]) * static_cast<unsigned long long>(counts[c]);
+  }
+  for (int offset = 16; offset > 0; offset /= 2)
+  {
+    sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  }
+  if (threadIdx.x % 32 == 0 && sum)
+  {
+    atomicAdd(total, sum);
   }
 }
 
@@ -311,7 +349,8 @@ struct FennsSearchParams
   FennsGrid g;
   CellTable table;
   CellLayout layout;
-  const int* occupied = nullptr;
+  const int* occupied = nullptr; // the scatter variant: one block per occupied cell
+  const int2* items = nullptr;   // the search: one block per chunk of an occupied cell (listOccupied)
   PairTest test;
   unsigned long long* decided = nullptr;
 };
@@ -469,7 +508,7 @@ __global__ void __launch_bounds__(fennsScatterBlockSize) fennsSearchScatter(Fenn
 }
 
 // --- The search, H100 form ---------------------------------------------------------------------
-// Same structure as the paper: one block per coarse cell; chunks of the cell's points are loaded
+// Same structure as the paper: blocks per coarse cell; chunks of the cell's points are loaded
 // and binned into a fine grid (atomic counts, a block prefix sum, a local reorder) in shared
 // memory; in-cell neighbors are found through that fine grid; the neighbors' border sections are
 // scanned one warp per cell; barriers stay uniform; finish() runs once per point.
@@ -699,7 +738,9 @@ __device__ __forceinline__ void gatherBatch(const FennsGrid& g, const FennsBlock
   }
 }
 
-/// The FENNS search (and CLAWS, by flags). One block per occupied coarse cell.
+/// The FENNS search (and CLAWS, by flags). One block per chunk of an occupied coarse cell: a
+/// cell of a dense cluster holds many chunks, and one block looping over them would run alone
+/// long after the rest of the device is idle.
 template <class Op>
 __global__ void __launch_bounds__(fennsThreads, NEIGHBORGRID_FENNS_MIN_BLOCKS) fennsSearch(FennsSearchParams params,
   const Particle* __restrict__ ordered, const std::int32_t* __restrict__ orderToInput, Op op, SearchFlags flags)
@@ -711,7 +752,8 @@ __global__ void __launch_bounds__(fennsThreads, NEIGHBORGRID_FENNS_MIN_BLOCKS) f
   extern __shared__ __align__(16) unsigned char sharedBytes[];
 
   const FennsGrid& g = params.g;
-  const int cell = params.occupied[blockIdx.x];
+  const int2 item = params.items[blockIdx.x];
+  const int cell = item.x;
   int a0, aLength, b0, bLength;
   params.layout.ownRanges(cell, a0, aLength, b0, bLength);
   const int cellCount = aLength + bLength;
@@ -733,8 +775,9 @@ __global__ void __launch_bounds__(fennsThreads, NEIGHBORGRID_FENNS_MIN_BLOCKS) f
   const int runCount = runs.count;
   const int total = runs.prefix[runCount];
 
-  for (int base = 0; base < cellCount; base += fennsChunk)
+  // This block's chunk of the cell (listOccupied): the whole cell against it, then the neighbors.
   {
+    const int base = item.y;
     const int chunkCount = min(fennsChunk, cellCount - base);
     // The chunk, binned; each thread takes consecutive points of the fine-cell order.
     binOwn(g, s, ordered, a0, aLength, b0, base, chunkCount, scanStorage);
