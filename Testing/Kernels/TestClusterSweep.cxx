@@ -272,12 +272,15 @@ TEST(EngineClusterSweep, EveryMethodCountsExactlyOnRandomClusteredClouds)
       expectExactCounts(withTarget, c, want, Method::FENNS, knobs + ")");
       expectExactCounts(withTarget, c, want, Method::CLAWS, knobs + ")");
     }
-    setenv("NEIGHBORGRID_FENNS_VARIANT", "scatter", 1);
+    // The paper's scatter search keeps one block per coarse cell (a benchmark variant): seconds
+    // on the larger clusters, so on the smaller clouds only.
+    if (c.cloud.size() <= 150000)
     {
+      setenv("NEIGHBORGRID_FENNS_VARIANT", "scatter", 1);
       Engine scatter;
       expectExactCounts(scatter, c, want, Method::FENNS, knobs + ", scatter)");
+      unsetenv("NEIGHBORGRID_FENNS_VARIANT");
     }
-    unsetenv("NEIGHBORGRID_FENNS_VARIANT");
     unsetenv("NEIGHBORGRID_FENNS_TARGET");
     std::cout << "  cloud " << k << " in all "
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
