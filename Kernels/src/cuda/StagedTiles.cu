@@ -27,7 +27,9 @@
 //  - Tiles are found from the occupied cells (the first occupied cell of each tile leads it), so
 //    a far outlier adds one tile and no empty ones; a huge axis (CellGrid.h) is its own tile.
 //  - A tile whose staged region does not fit in shared memory (a dense cluster) reads its
-//    candidates from global memory instead: slower, never wrong.
+//    candidates from global memory instead: slower, never wrong. Its own points are spread over
+//    blocks of 256 (work items of a tile and a chunk of its points), so a cluster of 40,000
+//    points in a few cells keeps the GPU busy instead of one block per tile.
 #include "GridSearch.cuh"
 
 #include <cub/block/block_scan.cuh>
@@ -55,6 +57,7 @@ struct TileSearch
   const Particle* particles = nullptr;   // fine-cell order, frame coordinates of their own cell
   const std::int32_t* orderToInput = nullptr;
   const std::int32_t* leaders = nullptr; // per tile: its first occupied fine cell
+  const int2* items = nullptr;           // per block: (tile, chunk of the tile's own points)
   int side = maxTileSide;                // fine cells per tile and axis: 1, 2 or 4
   int capacity = 0;                      // staged points that fit the block's shared memory
   float cullLimit = 0.0f;                // squared distance (fine-cell units) beyond which a row is skipped
@@ -122,6 +125,66 @@ __global__ void gatherTileLeaders(const std::int32_t* __restrict__ flags, const 
   }
 }
 
+/// Own points of a tile per block: all of a tile that can stage its region, in blocks of 1024; a
+/// tile whose region would not fit at its own points' density reads candidates from global
+/// memory and gets a block per 256 points. Any split is correct; this one only sets the speed.
+__device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, int capacity)
+{
+  const int S = side + 2 * reach;
+  const double stagedEstimate = double(ownTotal) * (S * S * S) / (side * side * side);
+  return stagedEstimate > capacity ? tileThreads : 4 * tileThreads;
+}
+
+/// The tile's own fine cells' points, summed over a warp (every lane gets the sum).
+__device__ int ownPointsOfTile(const TileSearch& g, const double anchor[3], int lane)
+{
+  const int side = g.side;
+  int own = 0;
+  for (int m = lane; m < side * side * side; m += 32)
+  {
+    double cell[3];
+    if (offsetCell(anchor, m % side, (m / side) % side, m / (side * side), cell))
+    {
+      const int k = g.fine.find(cell);
+      own += k >= 0 ? g.fine.start[k + 1] - g.fine.start[k] : 0;
+    }
+  }
+  for (int d = 16; d > 0; d /= 2)
+  {
+    own += __shfl_xor_sync(0xffffffffu, own, d);
+  }
+  return own;
+}
+
+/// One warp per tile: the tile's work items (tile, chunk), placed by an atomic counter (the
+/// items' order does not change any result: each point is summed by one thread).
+__global__ void listTileChunks(TileSearch g, int tiles, int2* __restrict__ items, int* __restrict__ itemCount)
+{
+  const int tile = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (tile >= tiles)
+  {
+    return;
+  }
+  double leader[3], anchor[3];
+  int place[3];
+  g.fine.coordinates(g.leaders[tile], leader);
+  tileOf(leader, g.side, anchor, place);
+  const int own = ownPointsOfTile(g, anchor, lane);
+  const int per = chunkPointsFor(own, g.side, g.capacity);
+  const int chunks = max(1, (own + per - 1) / per);
+  int first = 0;
+  if (lane == 0)
+  {
+    first = atomicAdd(itemCount, chunks);
+  }
+  first = __shfl_sync(0xffffffffu, first, 0);
+  for (int c = lane; c < chunks; c += 32)
+  {
+    items[first + c] = make_int2(tile, c);
+  }
+}
+
 /// Count and density: pair() reads nothing but its arguments, so it can run for every candidate.
 template <class Op>
 constexpr bool pairReadsNoMemory()
@@ -167,6 +230,9 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
 {
   extern __shared__ float4 stagedMemory[];
   Particle* stagedPoints = reinterpret_cast<Particle*>(stagedMemory);
+  // Count and density stage no indices (16 bytes a point, so four blocks fit an SM instead of
+  // three); the rare pairs decided in double find a staged point's index from its cell.
+  constexpr bool stagesIndex = !pairReadsNoMemory<Op>();
   std::int32_t* stagedIndex = reinterpret_cast<std::int32_t*>(stagedPoints + g.capacity);
   __shared__ int cellFirst[maxStagedCells];     // where each staged cell's points start in global order
   __shared__ int cellStart[maxStagedCells + 1]; // ... and in the staged order
@@ -179,9 +245,10 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   const int stagedCells = S * S * S;
   const int ownCells = side * side * side;
 
+  const int2 item = g.items[blockIdx.x];
   double leader[3], anchor[3];
   int place[3];
-  g.fine.coordinates(g.leaders[blockIdx.x], leader);
+  g.fine.coordinates(g.leaders[item.x], leader);
   tileOf(leader, side, anchor, place);
 
   // Each staged cell's range in global memory; a block scan places them in shared memory.
@@ -268,14 +335,19 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
       const int k = lastAtMost(cellStart, stagedCells, q);
       const int source = cellFirst[k] + (q - cellStart[k]);
       stagedPoints[q] = staged(g.particles[source], k % S, (k / S) % S, k / (S * S));
-      stagedIndex[q] = source;
+      if constexpr (stagesIndex)
+      {
+        stagedIndex[q] = source;
+      }
     }
   }
   __syncthreads();
 
   const int ownTotal = ownStart[ownCells];
-  std::uint32_t* rows = reinterpret_cast<std::uint32_t*>(stagedIndex + g.capacity); // [row][thread]
-  for (int t = threadIdx.x; t < ownTotal; t += tileThreads)
+  const int per = chunkPointsFor(ownTotal, side, g.capacity);
+  const int chunkEnd = min(ownTotal, (item.y + 1) * per);
+  std::uint32_t* rows = reinterpret_cast<std::uint32_t*>(stagesIndex ? stagedIndex + g.capacity : stagedIndex); // [row][thread]
+  for (int t = item.y * per + threadIdx.x; t < chunkEnd; t += tileThreads)
   {
     const int m = lastAtMost(ownStart, ownCells, t);
     const int x = m % side + reach, y = (m / side) % side + reach, z = m / (side * side) + reach;
@@ -374,12 +446,14 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
     };
     // First pass: the pairs the float test decides. Count and density evaluate every candidate
     // without branching (their terms need no memory reads) and keep the neighbors' terms.
-    bool inBand = false;
+    // inBand as a word, not a bool: the compiler keeps a bool as a byte and spends about six
+    // conversions per candidate on it.
+    unsigned inBand = 0;
     sweep([&](int q) {
       const Particle pj = stagedPoints[q];
       const float r2 = squaredDistance(pi, pj);
       const bool neighbor = r2 < g.test.accept;
-      inBand = inBand || (!neighbor && !(r2 > g.test.reject));
+      inBand |= (!neighbor && !(r2 > g.test.reject)) ? 1u : 0u;
       Value terms[Op::Terms];
       if constexpr (pairReadsNoMemory<Op>())
       {
@@ -408,7 +482,16 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
         if (!(r2 < g.test.accept) && !(r2 > g.test.reject))
         {
           ++decidedHere;
-          const int sj = stagedIndex[q];
+          int sj;
+          if constexpr (stagesIndex)
+          {
+            sj = stagedIndex[q];
+          }
+          else
+          {
+            const int k = lastAtMost(cellStart, stagedCells, q);
+            sj = cellFirst[k] + (q - cellStart[k]);
+          }
           if (g.test.exact(g.orderToInput[si], g.orderToInput[sj], r2))
           {
             Value terms[Op::Terms];
@@ -427,8 +510,13 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   }
 }
 
-/// Shared memory per staged point: the particle and its global index.
+/// Shared memory per staged point: the particle and, for operations that read arrays, its global index.
 constexpr int stagedPointBytes = int(sizeof(Particle) + sizeof(std::int32_t));
+template <class Op>
+constexpr int stagedPointBytesFor()
+{
+  return pairReadsNoMemory<Op>() ? int(sizeof(Particle)) : stagedPointBytes;
+}
 /// Shared memory for the row lists: 25 rows of (start, length) per thread.
 constexpr int rowListBytes = (2 * reach + 1) * (2 * reach + 1) * tileThreads * 4;
 
@@ -436,7 +524,7 @@ class StagedTiles final : public CudaMethod
 {
 public:
   explicit StagedTiles(DevicePool& pool)
-    : cells_(pool), flags_(pool), position_(pool), leaders_(pool), scratch_(pool)
+    : cells_(pool), flags_(pool), position_(pool), leaders_(pool), scratch_(pool), itemList_(pool), itemCount_(pool)
   {
   }
   Method id() const override { return Method::StagedTiles; }
@@ -446,8 +534,10 @@ public:
     const Problem& p = *run.problem;
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSizeFor(p.radius, reach));
     const std::int64_t cells = cellCapacity(run.count, layout);
-    // Leader flags, their positions and the leaders: at most three words per occupied cell.
-    return RadixCells::plannedBytes(run.count, layout, true) + 12 * (cells + 1) + (std::int64_t(8) << 20);
+    // Leader flags, their positions and the leaders: at most three words per occupied cell; work
+    // items: one per tile and one per 256 points.
+    return RadixCells::plannedBytes(run.count, layout, true) + 12 * (cells + 1) +
+      8 * (cells + run.count / tileThreads + 2) + (std::int64_t(8) << 20);
   }
 
   void sort(CudaRun& run) override
@@ -472,7 +562,12 @@ public:
       side_ /= 2;
     }
     const double expected = perCell * std::pow(side_ + 2 * reach, 3);
-    capacity_ = static_cast<int>(std::min<double>(maxCapacity, std::ceil((1.25 * expected + 128) / 64) * 64));
+    // The mean points per occupied cell overstates a uniform cloud's (empty cells are not
+    // counted), so 5% and 96 points above it stage nearly every tile; a tile that does not fit
+    // reads from global memory. The margin is small so that four count or density blocks fit an
+    // SM (Nsight Compute on the 4M row: three blocks of mostly 5 busy warps left the SM idle a
+    // third of its cycles).
+    capacity_ = static_cast<int>(std::min<double>(maxCapacity, std::ceil((1.05 * expected + 96) / 32) * 32));
 
     std::int32_t* flags = flags_.ensure(std::size_t(cells) + 1, "tile leader flags");
     std::int32_t* position = position_.ensure(std::size_t(cells) + 1, "tile leader positions");
@@ -504,6 +599,7 @@ public:
     const double rho = p.radius / cellSize_;
     search_.cullLimit = static_cast<float>(rho * rho * (1.0 + 1e-4) + 1e-4);
     search_.test = makePairTest(p.radius, cellSize_, double(side_ + 2 * reach), run.input);
+    listItems(run, n);
   }
   double cellSize() const override { return cellSize_; }
   Particle* particles() override { return cells_.particleRegion(); }
@@ -512,26 +608,51 @@ public:
   std::int64_t heldBytes() const override
   {
     return cells_.heldBytes() +
-      std::int64_t(flags_.bytes() + position_.bytes() + leaders_.bytes() + scratch_.bytes());
+      std::int64_t(flags_.bytes() + position_.bytes() + leaders_.bytes() + scratch_.bytes() + itemList_.bytes() +
+        itemCount_.bytes());
   }
 
   NEIGHBORGRID_SEARCHES_BY(launch)
 
 private:
+  /// The search's work items: every tile in chunks of its own points (chunkPointsFor).
+  void listItems(CudaRun& run, int n)
+  {
+    items_ = 0;
+    if (tiles_ == 0)
+    {
+      return;
+    }
+    // Chunks of at least 256 points, plus one partial chunk per tile.
+    const std::size_t bound = std::size_t(tiles_) + std::size_t(n) / tileThreads + 1;
+    int2* items = itemList_.ensure(bound, "tile work items");
+    int* count = itemCount_.ensure(1, "tile work item count");
+    NG_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int), run.stream), "tile work item count");
+    const int warpsPerBlock = 256 / 32;
+    listTileChunks<<<(tiles_ + warpsPerBlock - 1) / warpsPerBlock, 256, 0, run.stream>>>(search_, tiles_, items, count);
+    NG_CUDA_CHECK_LAUNCH("listTileChunks");
+    int* countHost = tilesHost_.ensure(1, "tile count (pinned host memory)");
+    NG_CUDA_CHECK(cudaMemcpyAsync(countHost, count, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
+      "reading the work item count");
+    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "listing the tiles' work items");
+    items_ = *countHost;
+    search_.items = items;
+  }
+
   // cellFirst, cellStart, ownStart and the block scan's storage, rounded up.
   static constexpr int staticSharedBytes = 8192;
 
   template <class Op>
   void launch(CudaRun& run, const Op& op)
   {
-    if (tiles_ == 0)
+    if (items_ == 0)
     {
       return;
     }
-    const std::size_t bytes = std::size_t(capacity_) * stagedPointBytes + rowListBytes;
+    const std::size_t bytes = std::size_t(capacity_) * stagedPointBytesFor<Op>() + rowListBytes;
     NG_CUDA_CHECK(cudaFuncSetAttribute(stagedTilesSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
       "allowing the staged tiles' shared memory");
-    stagedTilesSearch<<<tiles_, tileThreads, bytes, run.stream>>>(search_, op, run.decided);
+    stagedTilesSearch<<<items_, tileThreads, bytes, run.stream>>>(search_, op, run.decided);
   }
 
   RadixCells cells_;
@@ -539,12 +660,15 @@ private:
   DeviceBuffer<std::int32_t> position_;
   DeviceBuffer<std::int32_t> leaders_;
   DeviceBuffer<unsigned char> scratch_;
+  DeviceBuffer<int2> itemList_;
+  DeviceBuffer<int> itemCount_;
   PinnedBuffer<int> tilesHost_;
   TileSearch search_;
   double cellSize_ = 1.0;
   int side_ = maxTileSide;
   int capacity_ = 0;
   int tiles_ = 0;
+  int items_ = 0;
 };
 
 } // namespace
