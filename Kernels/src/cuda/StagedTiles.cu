@@ -385,7 +385,7 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
           const int begin = cellStart[row + first], end = cellStart[row + last + 1];
           if (end > begin)
           {
-            rows[rowCount * tileThreads + threadIdx.x] = std::uint32_t(begin) | (std::uint32_t(end - begin) << 16);
+            rows[rowCount * tileThreads + threadIdx.x] = std::uint32_t(begin) | (std::uint32_t(end) << 16);
             ++rowCount;
             candidates += end - begin;
           }
@@ -420,8 +420,12 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
     {
       partial[a] = 0;
     }
+    // A row's entry holds its first and one-past-last staged positions (16 bits each); the next
+    // entry is a pointer step away. Every instruction of the row change issues for every candidate
+    // (predicated off where the row goes on), so it is kept to four.
     auto sweep = [&](auto&& visit) {
-      int r = 0, q = 0, end = 0;
+      const std::uint32_t* nextRow = rows + threadIdx.x;
+      int q = 0, end = 0;
       for (int chunk = 0; chunk < candidates; chunk += 16)
       {
         const int steps = min(16, candidates - chunk);
@@ -429,10 +433,10 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
         {
           if (q == end)
           {
-            const std::uint32_t entry = rows[r * tileThreads + threadIdx.x];
-            ++r;
+            const std::uint32_t entry = *nextRow;
+            nextRow += tileThreads;
             q = int(entry & 0xffffu);
-            end = q + int(entry >> 16);
+            end = int(entry >> 16);
           }
           visit(q);
           ++q;
@@ -554,7 +558,7 @@ public:
 
     // Tiles as large as shared memory allows for the data's points per occupied cell.
     const double perCell = double(n) / std::max(1, cells);
-    // Row lists pack a staged position and a length in 16 bits each.
+    // Row lists pack a row's first and one-past-last staged positions in 16 bits each.
     const int maxCapacity = std::min(65535, (run.device->sharedMemoryPerBlock - staticSharedBytes - rowListBytes) / stagedPointBytes);
     side_ = maxTileSide;
     while (side_ > 1 && perCell * std::pow(side_ + 2 * reach, 3) > 0.5 * maxCapacity)
