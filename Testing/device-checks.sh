@@ -3,6 +3,10 @@
 # ../shared/tools/device-bundle, carry .device-bundle, and run there, for example
 #   bash .device-bundle/run bash Testing/device-checks.sh tests sanitize
 #   bash .device-bundle/run bash Testing/device-checks.sh bench issue exactness outlier billion
+# The device tool carries at most 64 MiB; with the ParaView plugin built (Qt and ParaView's
+# libraries) the bundle is about 210 MB. The GPU machine has no ParaView, so leave the plugin out:
+# bundle a copy of the tool whose `find` adds  ! -path '*/plugins/*' ! -path '*/dist-packages/*'
+# ! -path '*/Testing/GUI/*' ! -name TestPeriodicCheckBoxes  (35-40 MB, every step below runs).
 # Steps:
 #   tests     ctest -L gpu (the CUDA engine, filter and composite tests)
 #   sanitize  compute-sanitizer memcheck and racecheck on GPU tests of every method
