@@ -594,25 +594,108 @@ private:
     parallelFor(threads_, cells, grain, problem_->progress, from, to, stage,
       [&](std::int64_t begin, std::int64_t end) {
         CellScratch scratch;
+        RowCursors rows;
         std::int64_t decidedHere = 0;
         for (std::int64_t k = begin; k < end; ++k)
         {
-          gatherNeighborhood(k, std::is_same<Op, DensityOperation>::value, scratch.around);
+          gatherNeighborhood(k, std::is_same<Op, DensityOperation>::value, scratch.around, rows);
           decidedHere += sumCell(op, k, scratch);
         }
         decided += decidedHere;
       });
   }
 
+  /// Where each of the 9 rows of cells (dy, dz) around the last cell visited begins in the cells'
+  /// key order; valid for cells visited in increasing order (RowCursors::next).
+  struct RowCursors
+  {
+    std::int64_t at[9] = { 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+    bool found[9] = { false, false, false, false, false, false, false, false, false };
+    std::int64_t last = -1; // the cell they were last moved for
+  };
+
   /// The points of the 27 cells around cell k (those that exist), in k's frame; their weights
   /// where the vectorized loop reads them (density).
-  void gatherNeighborhood(std::int64_t k, bool weights, Neighborhood& around) const
+  void gatherNeighborhood(std::int64_t k, bool weights, Neighborhood& around, RowCursors& rows) const
   {
     around.clear(weights);
-    forEachNeighborCell(k, [&](int cell, int dx, int dy, int dz) {
+    auto append = [&](std::int64_t cell, int dx, int dy, int dz) {
       around.append(ordered_.data(), cellStart_[cell], cellStart_[cell + 1], float(dx), float(dy), float(dz));
-    });
+    };
+    if (layout_.mode == KeyMode::Wide)
+    {
+      forEachNeighborCell(k, append);
+    }
+    else
+    {
+      forEachNeighborCellInOrder(k, rows, append);
+    }
     around.pad();
+  }
+
+  std::uint64_t cellKey(std::int64_t cell) const { return keys_[cellStart_[cell]]; }
+
+  /// forEachNeighborCell for Bits keys, in the same order, without the lookup table: the cells
+  /// are in key order (x in the lowest bits), so the three cells of a row (dy, dz) around k are
+  /// consecutive there, and as k grows each row's first cell only moves forward. A cursor per row
+  /// finds them by comparing keys; the table's 27 random probes a cell cost about 2 us of cache
+  /// misses on sparse data (4M points at 0.05 neighbors: 3.6 s of search on 2 cores).
+  template <class Visit>
+  void forEachNeighborCellInOrder(std::int64_t k, RowCursors& rows, Visit visit) const
+  {
+    const std::int64_t cells = static_cast<std::int64_t>(cellStart_.size()) - 1;
+    const std::uint64_t key = cellKey(k);
+    std::int64_t field[3], span[3];
+    std::uint64_t unit[3];
+    const int next[3] = { layout_.shift[1], layout_.shift[2], layout_.bits };
+    for (int a = 0; a < 3; ++a)
+    {
+      const int width = next[a] - layout_.shift[a];
+      unit[a] = std::uint64_t(1) << layout_.shift[a];
+      field[a] = static_cast<std::int64_t>((key >> layout_.shift[a]) & ((std::uint64_t(1) << width) - 1));
+      span[a] = static_cast<std::int64_t>(layout_.span[a]);
+    }
+    if (!(rows.last >= 0 && rows.last < k))
+    {
+      std::fill(rows.found, rows.found + 9, false); // not visited in increasing order: search again
+    }
+    rows.last = k;
+    for (int dz = -1; dz <= 1; ++dz)
+    {
+      for (int dy = -1; dy <= 1; ++dy)
+      {
+        if (field[1] + dy < 0 || field[1] + dy >= span[1] || field[2] + dz < 0 || field[2] + dz >= span[2])
+        {
+          continue; // beyond the bounds' cells: no point there
+        }
+        const std::uint64_t centre = key + static_cast<std::uint64_t>(static_cast<std::int64_t>(dy)) * unit[1] +
+          static_cast<std::uint64_t>(static_cast<std::int64_t>(dz)) * unit[2];
+        const std::uint64_t low = field[0] > 0 ? centre - unit[0] : centre;
+        const std::uint64_t high = field[0] + 1 < span[0] ? centre + unit[0] : centre;
+        const int row = (dy + 1) + 3 * (dz + 1);
+        std::int64_t& c = rows.at[row];
+        if (!rows.found[row])
+        {
+          rows.found[row] = true;
+          std::int64_t lo = 0, hi = cells; // the first cell whose key is at least `low`
+          while (lo < hi)
+          {
+            const std::int64_t mid = lo + (hi - lo) / 2;
+            (cellKey(mid) < low ? lo = mid + 1 : hi = mid);
+          }
+          c = lo;
+        }
+        while (c < cells && cellKey(c) < low)
+        {
+          ++c;
+        }
+        for (std::int64_t m = c; m < cells && cellKey(m) <= high; ++m)
+        {
+          const int dx = cellKey(m) < centre ? -1 : cellKey(m) > centre ? 1 : 0;
+          visit(m, dx, dy, dz);
+        }
+      }
+    }
   }
 
   /// visit(cell, dx, dy, dz) for each existing cell at offset (dx, dy, dz) from cell k. Bits keys
