@@ -121,7 +121,11 @@ struct HostPages
       void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED)
       {
-        throw std::bad_alloc();
+        std::ostringstream s;
+        s << "NeighborGrid: could not allocate " << double(bytes) / double(1 << 30)
+          << " GiB of host memory for a slab's points or results. Free host memory, or set a lower "
+             "memory limit so that the request is cut into more, smaller slabs.";
+        throw Error(s.str());
       }
       madvise(p, bytes, MADV_HUGEPAGE); // advice only: without it the pages are small
       return p;
