@@ -551,7 +551,7 @@ private:
   /// The lookup table, for the searches that find cells by key: queries, and the particles'
   /// search with wide keys. Built once per sort, before the parallel search; the particles'
   /// search with Bits keys walks the cells in order instead (forEachNeighborCellInOrder), and
-  /// skipping the table saves its serial build (0.4 s of 1.1 at 4M points, one per cell).
+  /// skipping the table saves its serial build (4M points, one a cell: sort 466 -> 386 ms on 2 cores).
   void ensureLookup()
   {
     if (!lookupBuilt_)
