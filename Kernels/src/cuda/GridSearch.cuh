@@ -2,9 +2,9 @@
 // in cell order; the point's cell from its input coordinates, the 27 cells around it through the
 // lookup table, each neighbor cell's points tested in the frame of that cell.
 // The lookups are made per cell, not per point: a block's points are consecutive in cell order,
-// so they fall in few cells (256 points at about 19 a cell of R: 14 cells at 80 neighbors). The block finds its distinct cells, looks
-// up their 27 neighbors' ranges once into shared memory, and every point reads them there.
-// Blocks that span more cells (sparse data) look them up per point.
+// so they fall in few cells (256 points at about 19 a cell of R: 14 cells at 80 neighbors). The
+// block finds its distinct cells, looks up their 27 neighbors' ranges once into shared memory, and
+// every point reads them there. Blocks that span more cells (sparse data) look them up per point.
 #pragma once
 
 #include "CellTable.h"
