@@ -133,6 +133,11 @@ struct Problem
   bool imagesByBackend = false;
   PeriodicImages box;
   std::int64_t images = 0;
+  // Smoothing Length (KthNeighbor.h): k, the output, and how many of the particles, the first,
+  // are queries (the rest are periodic images or halo points that only count as neighbors).
+  int neighborTarget = 64;
+  float* supportRadius = nullptr;
+  std::int64_t kthQueries = 0;
 
   /// Entries per output array on the backend: one per query, or per particle and image.
   std::int64_t resultCount() const { return queries.separate ? queries.count : count; }

@@ -13,6 +13,7 @@
 // Buffers are members, or per chunk of cells in the search; nothing is allocated per point or per
 // neighbor.
 #include "Backend.h"
+#include "CpuKthNeighbor.h"
 #include "CpuPairLoops.h"
 #include "HostSort.h"
 #include "OperationPlan.h"
@@ -71,6 +72,10 @@ public:
   {
     const std::int64_t n = p.count;
     std::int64_t bytes = 0;
+    if (p.operation == Operation::SmoothingLength)
+    {
+      return 48 * n; // key, order, cell start and hash slots per point (CpuKthNeighbor.cxx)
+    }
     if (p.method == Method::BruteForce)
     {
       bytes = 40 * n;
@@ -123,6 +128,11 @@ public:
     problem_ = &problem;
     report_ = &report;
     const ProgressReporter& progress = *problem.progress;
+    if (problem.operation == Operation::SmoothingLength)
+    {
+      runSmoothingLength(problem, report);
+      return;
+    }
     progressStep_ = 0;
     progressSteps_ = searchPassCount(problem) + 1;
     decidedInDouble_ = 0;
@@ -158,6 +168,19 @@ public:
     report.device = "CPU (" + std::to_string(threads_) + " threads)";
     report.extraDeviceBytes = 0;
     report.pairsDecidedInDouble = decidedInDouble_;
+  }
+
+  /// Smoothing Length: its own grids and search (CpuKthNeighbor.h).
+  void runSmoothingLength(const Problem& problem, Report& report)
+  {
+    Timer timer;
+    report.radiusLevels = kthNeighborDistancesOnHost(problem.input, problem.kthQueries, problem.neighborTarget, problem.lo, problem.hi,
+      threads_, *problem.progress, problem.supportRadius);
+    addStage(report, "smoothing length", timer.milliseconds());
+    report.method = Method::CountingSort;
+    report.backend = Backend::CPU;
+    report.device = "CPU (" + std::to_string(threads_) + " threads)";
+    report.extraDeviceBytes = 0;
   }
 
   // --- executor primitives (OperationPlan.h) -------------------------------------------------

@@ -5,6 +5,7 @@
 #include "Radii.h"
 #include "Parallel.h"
 #include "Slabs.h"
+#include "SmoothingLength.h"
 #include "Timer.h"
 
 #include <cmath>
@@ -65,6 +66,8 @@ const char* toString(Operation o)
       return "Kernel Smoothing";
     case Operation::Gradient:
       return "Gradient";
+    case Operation::SmoothingLength:
+      return "Smoothing Length";
   }
   return "?";
 }
@@ -236,7 +239,7 @@ void validate(const Request& r)
       << "); scale the coordinates and the radius together";
     fail(s.str());
   }
-  if (!validEnum(r.operation, Operation::Gradient) || !validEnum(r.kernel, Kernel::WendlandC2) ||
+  if (!validEnum(r.operation, Operation::SmoothingLength) || !validEnum(r.kernel, Kernel::WendlandC2) ||
     !validEnum(r.normalization, Normalization::SPH) || !validEnum(r.backend, Backend::CPU) ||
     !validEnum(r.method, Method::StagedTiles) ||
     !validEnum(r.points.type, ScalarType::Float64) || !validEnum(r.source.type, ScalarType::Float64))
@@ -305,6 +308,8 @@ void validate(const Request& r)
         }
       }
       break;
+    case Operation::SmoothingLength:
+      break; // validated by validateSmoothingLength
   }
 }
 
@@ -435,13 +440,17 @@ struct Engine::Impl
   /// A validated open-box request in one run of the backend (at most 2^31 - 2 points and queries).
   /// radiusPass: a search of the radius layer (Radii.h) instead of the request's operation.
   /// imagesByBackend: a periodic request whose images the backend makes (backendMakesImages).
-  Report runOnce(const Request& request, const detail::RadiusPass* radiusPass = nullptr, bool imagesByBackend = false);
+  /// kthQueries: Smoothing Length's queries, the first of the points (-1: all of them).
+  Report runOnce(const Request& request, const detail::RadiusPass* radiusPass = nullptr, bool imagesByBackend = false,
+    std::int64_t kthQueries = -1);
   /// Whether the backend makes a periodic request's images where the points are (Backend.h).
   bool backendMakesImages(const Request& request);
   /// Throws for a non-finite mass, particle volume or query point, naming the caller's point.
   void checkInputs(const Request& request) const;
   /// A validated open-box request: one run, or slabs where it does not fit (Slabs.h).
   Report runOpen(const Request& request);
+  /// Operation::SmoothingLength, validated here (SmoothingLength.h).
+  Report runSmoothingLength(const Request& request);
 };
 
 Engine::Engine() : impl_(new Impl) {}
@@ -616,7 +625,8 @@ bool Engine::Impl::backendMakesImages(const Request& request)
   return implementation.makesPeriodicImages(makeProblem(request, progress));
 }
 
-Report Engine::Impl::runOnce(const Request& request, const detail::RadiusPass* radiusPass, bool imagesByBackend)
+Report Engine::Impl::runOnce(
+  const Request& request, const detail::RadiusPass* radiusPass, bool imagesByBackend, std::int64_t kthQueries)
 {
   Report report;
   Backend backend;
@@ -625,6 +635,9 @@ Report Engine::Impl::runOnce(const Request& request, const detail::RadiusPass* r
   progress(0.0, "prepare");
   detail::Problem problem = makeProblem(request, progress);
   problem.radiusPass = radiusPass;
+  problem.neighborTarget = request.neighborTarget;
+  problem.supportRadius = request.supportRadius;
+  problem.kthQueries = kthQueries >= 0 ? kthQueries : request.points.count;
   if (imagesByBackend)
   {
     problem.imagesByBackend = true;
@@ -720,6 +733,36 @@ Report Engine::Impl::runOpen(const Request& request)
   return detail::runFitting(request, slabBackend);
 }
 
+Report Engine::Impl::runSmoothingLength(const Request& request)
+{
+  detail::validateSmoothingLength(request);
+  detail::validatePeriodicBox(request);
+  if (!validEnum(request.backend, Backend::CPU) || !validEnum(request.points.type, ScalarType::Float64))
+  {
+    fail("an enumeration in the request has an invalid value");
+  }
+  if (detail::isPeriodic(request))
+  {
+    double lo[3], hi[3];
+    detail::findBoundsOnHost(request.points, threads, lo, hi); // non-finite points, named, before wrapping
+  }
+  return detail::runSmoothingLength(request, threads,
+    [this](const Request& points, std::int64_t queries, int k, float* out) {
+      Request one = points;
+      one.neighborTarget = k;
+      one.supportRadius = out;
+      try
+      {
+        return runOnce(one, nullptr, false, queries);
+      }
+      catch (const detail::DoesNotFit& tooLarge)
+      {
+        throw Error(std::string(tooLarge.what()) + "; Smoothing Length does not run in slabs yet");
+      }
+    },
+    periodicScratch);
+}
+
 namespace
 {
 std::function<void(const Request&)>& runObserver()
@@ -739,6 +782,10 @@ Report Engine::run(const Request& given)
   if (runObserver())
   {
     runObserver()(given);
+  }
+  if (given.operation == Operation::SmoothingLength)
+  {
+    return impl_->runSmoothingLength(given);
   }
   validate(given);
   detail::validatePeriodicBox(given);

@@ -141,6 +141,8 @@ void runQueryOperation(Executor& ex, const Problem& p)
     }
     case Operation::Gradient:
       break; // the radius layer (Radii.h) runs gradients, as searches of its own
+    case Operation::SmoothingLength:
+      break; // its own search (KthNeighbor.h)
   }
   ex.finishOutputs();
 }
@@ -199,6 +201,8 @@ void runOperation(Executor& ex, const Problem& p)
     }
     case Operation::Gradient:
       break; // the radius layer (Radii.h) runs gradients, as searches of its own
+    case Operation::SmoothingLength:
+      break; // its own search (KthNeighbor.h)
   }
   ex.finishOutputs();
 }

@@ -406,6 +406,19 @@ PeriodicImages periodicBoxOfParticles(const Request& r)
   return periodicImagesOf(r, lo, hi);
 }
 
+std::int64_t wrappedWithImages(const Request& r, double radius, int threads, PeriodicScratch& scratch)
+{
+  Request atRadius = r;
+  atRadius.radius = radius;
+  double lo[3], hi[3];
+  for (int a = 0; a < 3; ++a)
+  {
+    lo[a] = r.boxOrigin[a];
+    hi[a] = r.boxOrigin[a] + r.boxLengths[a];
+  }
+  return withImages(atRadius, r.points, lo, hi, threads, scratch.source, scratch.original).total();
+}
+
 Report runPeriodic(const Request& r, int threads, const OpenRun& openRun, PeriodicScratch& scratch)
 {
   const bool separate = hasSeparateSource(r);

@@ -52,6 +52,10 @@ struct PeriodicScratch
   std::vector<std::int64_t> original;
 };
 
+/// The particles of `r` wrapped into its box (first, in input order) and their images within
+/// `radius` of the box, into scratch.source (x, y, z in double); returns how many points in all.
+std::int64_t wrappedWithImages(const Request& r, double radius, int threads, PeriodicScratch& scratch);
+
 /// Runs a validated periodic request through `openRun`, on `threads` host threads for the images.
 Report runPeriodic(const Request& request, int threads, const OpenRun& openRun, PeriodicScratch& scratch);
 

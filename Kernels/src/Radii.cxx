@@ -75,6 +75,8 @@ public:
       case Operation::Gradient:
         runArrays();
         break;
+      case Operation::SmoothingLength:
+        break; // not a radius layer operation (SmoothingLength.h)
     }
     return report_;
   }

@@ -64,8 +64,11 @@ enum class Operation
   NeighborCount, // int32 per point
   Density,       // rho_i = sum_j m_j W_ij (self included), float per point
   Smoothing,     // kernel smoothing of point arrays, float per component
-  Gradient       // SPH gradient of point arrays: grad f_i = sum_j (m_j / rho_j) (f_j - f_i) grad_i W,
+  Gradient,      // SPH gradient of point arrays: grad f_i = sum_j (m_j / rho_j) (f_j - f_i) grad_i W,
                  // float, 3 per component (d/dx, d/dy, d/dz of each), the density in the same call
+  SmoothingLength // per point, the distance to its k-th nearest other point (k = neighborTarget),
+                  // float: a support radius per particle for Request::radii. Request::radius,
+                  // the kernel and masses are not read.
 };
 
 enum class Kernel
@@ -176,8 +179,12 @@ struct Request
   // `density` must be null.
   const float* particleVolumes = nullptr;
 
+  // Smoothing Length: k, the neighbor whose distance is the point's support radius, in
+  // [1, maxNeighborTarget]. Other points at the same position count, as in the neighbor count.
+  int neighborTarget = 64;
+
   Backend backend = Backend::Auto;
-  Method method = Method::Auto;
+  Method method = Method::Auto; // Smoothing Length: Auto (its own grid search per backend)
 
   // Outputs, caller-owned, one entry per query (count x components for smoothing).
   std::int32_t* neighborCount = nullptr; // required for NeighborCount
@@ -187,6 +194,10 @@ struct Request
   // the Shepard weights sum to 0: every neighbor exactly at the kernel's cutoff).
   std::uint8_t* valid = nullptr;
   float nullValue = 0.0f;
+  // Required for Smoothing Length: per point the distance to its k-th nearest other point,
+  // sqrt of the exact double squared distance (withinRadius()'s formula) rounded to float; with a
+  // periodic box, over every image (a point's own images included).
+  float* supportRadius = nullptr;
 
   // Periodic box, per axis: along an axis with periodic[a], the box is [boxOrigin[a],
   // boxOrigin[a] + boxLengths[a]) and every point has images at multiples of boxLengths[a].
@@ -230,6 +241,7 @@ struct Report
   std::int64_t slabHaloPoints = 0;
   // Per-particle radii (Request::radii): the levels their radii fell into, and the searches run
   // (a level's particles as queries or as sources, per pass of the operation). 0 without radii.
+  // Smoothing Length: the levels of cell sizes its search took (KthNeighbor.h).
   int radiusLevels = 0;
   int radiusSearches = 0;
 };
@@ -300,6 +312,10 @@ NEIGHBORGRID_API const char* toString(Operation);
 NEIGHBORGRID_API const char* toString(Kernel);
 NEIGHBORGRID_API const char* toString(Normalization);
 NEIGHBORGRID_API const char* toString(SmoothingLengthMode);
+
+/// The largest Request::neighborTarget: each GPU thread keeps its k best distances in shared
+/// memory.
+constexpr int maxNeighborTarget = 1024;
 
 /// The neighbor test every backend and method applies: (dx*dx + dy*dy) + dz*dz <= radius*radius
 /// in double, d = a - b, each operation rounded on its own. For references and tests.

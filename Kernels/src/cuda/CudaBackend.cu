@@ -20,6 +20,7 @@
 #include "../Slabs.h"
 #include "../Timer.h"
 #include "CudaRun.h"
+#include "KthNeighbor.h"
 #include "Queries.cuh"
 #include "PeriodicImages.h"
 #include "TransferRing.h"
@@ -353,6 +354,11 @@ public:
     eventsUsed_ = 0;
     const std::int64_t n = problem.count;
     const ProgressReporter& progress = *problem.progress;
+    if (problem.operation == Operation::SmoothingLength)
+    {
+      runSmoothingLength(problem, report);
+      return;
+    }
 
     const Method chosen = problem.method == Method::Auto ? chooseMethod(problem) : problem.method;
     report.method = chosen;
@@ -396,6 +402,37 @@ public:
 
     report.device = device_.name;
     report.extraDeviceBytes = method_->heldBytes();
+    collectStageTimes(report);
+  }
+
+  /// Smoothing Length: its own grids and search (KthNeighbor.h), then the download.
+  void runSmoothingLength(const Problem& problem, Report& report)
+  {
+    report.method = Method::RadixSort; // its grids are grouped by Green's radix sort
+    run_ = CudaRun{};
+    run_.problem = &problem;
+    run_.report = &report;
+    run_.stream = stream_;
+    run_.device = &device_;
+    run_.count = problem.count;
+    run_.input = input_;
+    const std::int64_t queries = problem.kthQueries;
+    checkFits(CudaKthNeighbor::plannedBytes(problem) + 4 * queries, std::int64_t(deviceRaw_.bytes()) +
+        (problem.images > 0 ? images_.heldBytes() : 0), problem.count,
+      "the Smoothing Length search's cells, particles and results");
+    float* out = density_.ensure(std::size_t(queries), "support radii");
+    cudaEvent_t begin = mark();
+    const int levels = kth_.run(run_, queries, problem.neighborTarget, out);
+    stage("smoothing length", begin, mark());
+    (*problem.progress)(0.9, "smoothing length");
+    Timer timer;
+    transfers_.download(problem.supportRadius, out, std::size_t(queries) * sizeof(float), stream_,
+      "downloading results");
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "waiting for the results");
+    addStage(report, "download", timer.milliseconds());
+    report.device = device_.name;
+    report.extraDeviceBytes = kth_.heldBytes();
+    report.radiusLevels = levels;
     collectStageTimes(report);
   }
 
@@ -756,6 +793,11 @@ private:
   std::int64_t bytesNeeded(const Problem& p) override
   {
     NG_CUDA_CHECK(cudaSetDevice(device_.id), "cudaSetDevice");
+    if (p.operation == Operation::SmoothingLength)
+    {
+      const std::int64_t element = p.input.type == ScalarType::Float32 ? 4 : 8;
+      return 3 * element * p.count + CudaKthNeighbor::plannedBytes(p) + 4 * p.kthQueries;
+    }
     CudaMethod* method = methodFor(p.method == Method::Auto ? chooseMethod(p) : p.method);
     CudaRun run;
     run.problem = &p;
@@ -990,6 +1032,7 @@ private:
   DeviceBuffer<float> imageDensity_;
   DeviceImages images_; // periodic images made here (Problem::imagesByBackend), with the coordinates
   std::unique_ptr<CudaMethod> methods_[8];
+  CudaKthNeighbor kth_{ pool_ };
 };
 
 } // namespace

@@ -1,0 +1,384 @@
+// Smoothing Length on the GPU (KthNeighbor.h, ../KthNeighbor.h).
+#include "KthNeighbor.h"
+
+#include "../KthNeighbor.h"
+#include "GridSearch.cuh"
+
+#include <cfloat>
+
+namespace neighborgrid
+{
+namespace detail
+{
+namespace
+{
+
+__constant__ KthCellOffset kthOffsets[kthOffsetCount];
+
+constexpr unsigned char noLevel = 255; // not a query (a periodic image, a halo point)
+constexpr int levelSlots = 128;        // counters_: queries per level, then the failure count
+
+/// One level's grid: all points by cells of cellSize, in frame coordinates of their cells.
+struct KthGrid
+{
+  CellTable table;
+  const Particle* particles = nullptr;
+  const std::int32_t* orderToInput = nullptr;
+  InputPoints input;
+  double cellSize = 1.0;
+  double inverseCellSize = 1.0;
+};
+
+/// The exact squared distance of input points i and j, in squared cell units (rounded to float).
+__device__ float exactFrameDistance(const KthGrid& g, std::int64_t i, std::int64_t j)
+{
+  double a[3], b[3];
+  g.input.get(i, a[0], a[1], a[2]);
+  g.input.get(j, b[0], b[1], b[2]);
+  return float(exactSquaredDistance(a[0], a[1], a[2], b[0], b[1], b[2]) * g.inverseCellSize * g.inverseCellSize);
+}
+
+/// Max-heap of `size` floats at h[0], h[stride], ...: a thread's own column of shared memory.
+__device__ __forceinline__ void heapPush(float* h, int stride, int size, float v)
+{
+  int i = size;
+  while (i > 0)
+  {
+    const int parent = (i - 1) >> 1;
+    const float p = h[parent * stride];
+    if (p >= v)
+    {
+      break;
+    }
+    h[i * stride] = p;
+    i = parent;
+  }
+  h[i * stride] = v;
+}
+
+__device__ __forceinline__ void heapReplaceTop(float* h, int stride, int size, float v)
+{
+  int i = 0;
+  for (;;)
+  {
+    int child = 2 * i + 1;
+    if (child >= size)
+    {
+      break;
+    }
+    float c = h[child * stride];
+    if (child + 1 < size)
+    {
+      const float right = h[(child + 1) * stride];
+      if (right > c)
+      {
+        ++child;
+        c = right;
+      }
+    }
+    if (c <= v)
+    {
+      break;
+    }
+    h[i * stride] = c;
+    i = child;
+  }
+  h[i * stride] = v;
+}
+
+/// Calls visit(j, r2) for every other point j in the cells around query qi (cell c, frame f)
+/// whose lower bound lies within limit2() (cell units; limit2 may shrink as the visit goes),
+/// nearest cells first. Returns false when the table ran out before the bound passed limit2.
+template <class Limit, class Visit>
+__device__ bool visitNearCells(const KthGrid& g, std::int64_t qi, const double c[3], const Particle& q, const Limit& limit2,
+  const Visit& visit)
+{
+  const float f[3] = { q.x, q.y, q.z };
+  for (int t = 0; t < kthOffsetCount; ++t)
+  {
+    const KthCellOffset o = kthOffsets[t];
+    if (kthBeyond(float(o.lowerBound2), limit2()))
+    {
+      return true;
+    }
+    if (kthBeyond(kthCellGap2(f, o.x, o.y, o.z), limit2()))
+    {
+      continue;
+    }
+    double cell[3];
+    if (!offsetCell(c, o.x, o.y, o.z, cell))
+    {
+      continue;
+    }
+    const int m = g.table.find(cell);
+    if (m < 0)
+    {
+      continue;
+    }
+    const Particle qs = shifted(q, float(o.x), float(o.y), float(o.z));
+    const bool own = t == 0; // the table starts with the query's own cell
+    const int end = g.table.start[m + 1];
+    for (int j = g.table.start[m]; j < end; ++j)
+    {
+      if (own && g.orderToInput[j] == qi)
+      {
+        continue;
+      }
+      float r2 = squaredDistance(qs, g.particles[j]);
+      if (!(r2 == r2))
+      {
+        r2 = exactFrameDistance(g, qi, g.orderToInput[j]); // a huge cell (CellGrid.h)
+      }
+      visit(j, r2);
+    }
+  }
+  return false;
+}
+
+/// The search of one level: thread t takes query baseOrder[t] if its level is `level`. Its k
+/// nearest float distances first (heap in shared memory), then the exact k-th: pairs clearly
+/// nearer than the float k-th are counted, those within rounding of it ordered in double.
+/// A query whose k-th may lie beyond the table's reach moves up a level.
+__global__ void kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ baseOrder, unsigned char* levels, int n,
+  unsigned char level, bool coarsest, int k, float* __restrict__ out, int* __restrict__ counters)
+{
+  extern __shared__ float heaps[];
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= n || levels[t] != level)
+  {
+    return;
+  }
+  const std::int64_t qi = baseOrder[t];
+  double c[3];
+  inputCell(g.input, qi, g.cellSize, c);
+  const Particle q = inputParticle(g.input, qi, g.cellSize, g.inverseCellSize);
+  float* h = heaps + threadIdx.x;
+  const int stride = blockDim.x;
+
+  int size = 0;
+  float kth = FLT_MAX;
+  visitNearCells(g, qi, c, q, [&] { return size == k ? kth : FLT_MAX; }, [&](int, float r2) {
+    if (size < k)
+    {
+      heapPush(h, stride, size++, r2);
+      kth = h[0];
+    }
+    else if (r2 < kth)
+    {
+      heapReplaceTop(h, stride, k, r2);
+      kth = h[0];
+    }
+  });
+  const float band = kthBand(kth);
+  // At the coarsest level every point lies within one cell (even where distances overflow).
+  if (size < k || (!coarsest && !kthBeyond(float(kthReach * kthReach), kth + band)))
+  {
+    levels[t] = level + 1;
+    atomicAdd(counters + level + 1, 1);
+    return;
+  }
+
+  // The exact k-th: `below` pairs lie clearly nearer than the float k-th; among those within the
+  // band, the smallest exact distance above `previous` and its ties, until k are counted.
+  const float nearer = kth - band, farther = kth + band;
+  int below = 0;
+  double previous = -1.0;
+  for (;;)
+  {
+    double best = DBL_MAX;
+    int ties = 0;
+    const bool first = previous < 0.0;
+    visitNearCells(g, qi, c, q, [&] { return farther; }, [&](int j, float r2) {
+      if (r2 < nearer)
+      {
+        below += first ? 1 : 0;
+      }
+      else if (r2 <= farther)
+      {
+        double a[3], b[3];
+        g.input.get(qi, a[0], a[1], a[2]);
+        g.input.get(g.orderToInput[j], b[0], b[1], b[2]);
+        const double e = exactSquaredDistance(a[0], a[1], a[2], b[0], b[1], b[2]);
+        if (e > previous)
+        {
+          ties = e < best ? 1 : ties + (e == best ? 1 : 0);
+          best = fmin(best, e);
+        }
+      }
+    });
+    if (ties == 0)
+    {
+      atomicAdd(counters + levelSlots, 1); // cannot happen: the float k-th's pair is in the band
+      out[qi] = NAN;
+      return;
+    }
+    below += ties;
+    if (below >= k)
+    {
+      out[qi] = float(sqrt(best));
+      return;
+    }
+    previous = best;
+  }
+}
+
+/// Thread t of the base grid's order: its query and level (noLevel for points past `queries`),
+/// and the count per level.
+__global__ void assignLevels(KthGrid g, int n, std::int64_t queries, float expected, int lowest, int highest,
+  std::int32_t* __restrict__ baseOrder, unsigned char* __restrict__ levels, int* __restrict__ counters)
+{
+  __shared__ int perLevel[levelSlots];
+  for (int s = threadIdx.x; s < levelSlots; s += blockDim.x)
+  {
+    perLevel[s] = 0;
+  }
+  __syncthreads();
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < n)
+  {
+    const std::int32_t i = g.orderToInput[t];
+    baseOrder[t] = i;
+    unsigned char level = noLevel;
+    if (i < queries)
+    {
+      double c[3];
+      inputCell(g.input, i, g.cellSize, c);
+      const int m = g.table.find(c);
+      const int own = g.table.start[m + 1] - g.table.start[m];
+      level = static_cast<unsigned char>(kthLevelFor(own, expected, lowest, highest) - lowest);
+      atomicAdd(perLevel + level, 1);
+    }
+    levels[t] = level;
+  }
+  __syncthreads();
+  for (int s = threadIdx.x; s < levelSlots; s += blockDim.x)
+  {
+    if (perLevel[s])
+    {
+      atomicAdd(counters + s, perLevel[s]);
+    }
+  }
+}
+
+} // namespace
+
+CudaKthNeighbor::CudaKthNeighbor(DevicePool& pool) : cells_(pool), baseOrder_(pool), levels_(pool), counters_(pool)
+{
+  static_assert(sizeof(KthCellOffset) == 4, "offsets travel as 4 bytes");
+}
+
+std::int64_t CudaKthNeighbor::plannedBytes(const Problem& p)
+{
+  const std::int64_t n = p.count;
+  const double base = kthBaseCellSize(n, p.neighborTarget, p.lo, p.hi);
+  int lowest = 0, highest = 0;
+  kthLevelRange(base, p.lo, p.hi, lowest, highest);
+  // The finest level has the widest keys and the most cells.
+  const KeyLayout layout = makeKeyLayout(p.lo, p.hi, std::ldexp(base, lowest));
+  return RadixCells::plannedBytes(n, layout, false) + 5 * n + 4 * (levelSlots + 1);
+}
+
+std::int64_t CudaKthNeighbor::heldBytes() const
+{
+  return cells_.heldBytes() + std::int64_t(baseOrder_.bytes() + levels_.bytes() + counters_.bytes());
+}
+
+int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
+{
+  const Problem& p = *run.problem;
+  const int n = static_cast<int>(run.count);
+  const double base = kthBaseCellSize(n, k, p.lo, p.hi);
+  int lowest = 0, highest = 0;
+  kthLevelRange(base, p.lo, p.hi, lowest, highest);
+  if (highest - lowest + 1 >= levelSlots)
+  {
+    throw Error("NeighborGrid: Smoothing Length: the points span more than 2^" + std::to_string(levelSlots) +
+      " of their typical k-th neighbor distance");
+  }
+  const std::vector<KthCellOffset> table = kthOffsetTable();
+  NG_CUDA_CHECK(cudaMemcpyToSymbolAsync(kthOffsets, table.data(), sizeof(KthCellOffset) * table.size(), 0,
+                  cudaMemcpyHostToDevice, run.stream),
+    "uploading the cell offsets");
+  std::int32_t* baseOrder = baseOrder_.ensure(std::size_t(n), "queries in cell order");
+  unsigned char* levels = levels_.ensure(std::size_t(n), "level of each query");
+  int* counters = counters_.ensure(levelSlots + 1, "queries per level");
+  int* countersHost = countersHost_.ensure(levelSlots + 1, "queries per level (pinned host memory)");
+  NG_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(int) * (levelSlots + 1), run.stream), "clearing the level counts");
+
+  // Threads per block: each keeps k floats of shared memory.
+  const int threads = std::min(256, run.device->sharedMemoryPerBlock / (4 * k) / 32 * 32);
+  if (threads < 32)
+  {
+    throw Error("NeighborGrid: Smoothing Length with k = " + std::to_string(k) + " needs " +
+      std::to_string(128 * k) + " bytes of shared memory per block; this GPU has " +
+      std::to_string(run.device->sharedMemoryPerBlock));
+  }
+  const int heapBytes = 4 * k * threads;
+  NG_CUDA_CHECK(cudaFuncSetAttribute(kthNeighborLevel, cudaFuncAttributeMaxDynamicSharedMemorySize, heapBytes),
+    "shared memory of the Smoothing Length search");
+
+  auto buildLevel = [&](int level) {
+    const double size = std::ldexp(base, level);
+    cells_.build(run, makeKeyLayout(p.lo, p.hi, size), size, false);
+    KthGrid g;
+    g.table = cells_.table();
+    g.particles = cells_.particleRegion();
+    g.orderToInput = cells_.orderToInput();
+    g.input = run.input;
+    g.cellSize = size;
+    g.inverseCellSize = 1.0 / size;
+    particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(run.input, g.orderToInput, n, size, 1.0 / size,
+      cells_.particleRegion());
+    NG_CUDA_CHECK_LAUNCH("particlesInOrder");
+    return g;
+  };
+
+  KthGrid grid = buildLevel(0);
+  assignLevels<<<blocksFor(n), 256, 0, run.stream>>>(grid, n, queries, kthExpectedPerBaseCell(k), lowest, highest,
+    baseOrder, levels, counters);
+  NG_CUDA_CHECK_LAUNCH("assignLevels");
+  NG_CUDA_CHECK(cudaMemcpyAsync(countersHost, counters, sizeof(int) * levelSlots, cudaMemcpyDeviceToHost, run.stream),
+    "reading the level counts");
+  NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "assigning levels");
+  std::vector<int> waiting(countersHost, countersHost + levelSlots);
+  int searched = 0;
+  int gridLevel = 0;
+  for (int level = lowest; level <= highest; ++level)
+  {
+    const int slot = level - lowest;
+    if (waiting[slot] == 0)
+    {
+      continue;
+    }
+    if (level != gridLevel)
+    {
+      grid = buildLevel(level);
+      gridLevel = level;
+    }
+    kthNeighborLevel<<<blocksFor(n, threads), threads, heapBytes, run.stream>>>(grid, baseOrder, levels, n,
+      static_cast<unsigned char>(slot), level == highest, k, out, counters);
+    NG_CUDA_CHECK_LAUNCH("kthNeighborLevel");
+    ++searched;
+    NG_CUDA_CHECK(cudaMemcpyAsync(countersHost, counters + slot + 1, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
+      "reading the next level's count");
+    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "Smoothing Length search");
+    waiting[slot + 1] = countersHost[0];
+    if (level == highest && waiting[slot + 1] > 0)
+    {
+      throw Error("NeighborGrid: Smoothing Length: " + std::to_string(waiting[slot + 1]) +
+        " points found fewer than k neighbors at the coarsest level (an internal error; please report it)");
+    }
+  }
+  NG_CUDA_CHECK(cudaMemcpyAsync(countersHost, counters + levelSlots, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
+    "reading the failure count");
+  NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "Smoothing Length search");
+  if (countersHost[0] != 0)
+  {
+    throw Error("NeighborGrid: Smoothing Length: " + std::to_string(countersHost[0]) +
+      " points lost their k-th neighbor in the exact pass (an internal error; please report it)");
+  }
+  return searched;
+}
+
+} // namespace detail
+} // namespace neighborgrid

@@ -1,0 +1,33 @@
+// Smoothing Length on the GPU (../KthNeighbor.h): per level, all points grouped by cells with
+// the radix sort (CellTable.h), one thread per query in cell order, its k nearest in a max-heap in
+// shared memory. Included only by .cu files.
+#pragma once
+
+#include "CellTable.h"
+
+namespace neighborgrid
+{
+namespace detail
+{
+
+class CudaKthNeighbor
+{
+public:
+  explicit CudaKthNeighbor(DevicePool& pool);
+  /// Device bytes run() holds for the run's points (bounds known), the output not included.
+  static std::int64_t plannedBytes(const Problem& p);
+  /// out[i] (device, input order) for the first `queries` points of the run: the distance to the
+  /// k-th nearest other point of the run, exact. Needs run.count > k. Returns the levels searched.
+  int run(CudaRun& run, std::int64_t queries, int k, float* out);
+  std::int64_t heldBytes() const;
+
+private:
+  RadixCells cells_;
+  DeviceBuffer<std::int32_t> baseOrder_;
+  DeviceBuffer<unsigned char> levels_;
+  DeviceBuffer<int> counters_;
+  PinnedBuffer<int> countersHost_;
+};
+
+} // namespace detail
+} // namespace neighborgrid

@@ -1,0 +1,346 @@
+// Smoothing Length (Operation::SmoothingLength): the distance to each point's k-th nearest other
+// point, bit for bit against a double brute force (float rounding of its square root only), on
+// open and periodic clouds that stress the search's levels: clusters next to empty space, lattices
+// full of equal distances, duplicates, outliers.
+#include "Clouds.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+using namespace neighborgrid;
+using ngtest::backendUnderTest;
+using ngtest::Cloud;
+
+namespace
+{
+
+double exactSquared(const double* a, const double* b)
+{
+  const double dx = a[0] - b[0], dy = a[1] - b[1], dz = a[2] - b[2];
+  return (dx * dx + dy * dy) + dz * dz;
+}
+
+/// The k-th smallest of the squared distances, rounded as the engine returns it.
+float kthOf(std::vector<double>& squared, int k)
+{
+  std::nth_element(squared.begin(), squared.begin() + (k - 1), squared.end());
+  return static_cast<float>(std::sqrt(squared[k - 1]));
+}
+
+std::vector<float> bruteForce(const std::vector<double>& xyz, int k)
+{
+  const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
+  std::vector<float> out(n);
+  std::vector<double> squared;
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    squared.clear();
+    for (std::int64_t j = 0; j < n; ++j)
+    {
+      if (j != i)
+      {
+        squared.push_back(exactSquared(&xyz[3 * i], &xyz[3 * j]));
+      }
+    }
+    out[i] = kthOf(squared, k);
+  }
+  return out;
+}
+
+/// Over every image of a box [0, L)^3 periodic on `periodic` axes (points inside the box): shells
+/// of images grow until the k-th lies nearer than the next shell.
+std::vector<float> periodicBruteForce(const std::vector<double>& xyz, int k, const bool periodic[3], const double L[3])
+{
+  const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
+  std::vector<float> out(n);
+  std::vector<double> squared;
+  double shortest = 1e300;
+  for (int a = 0; a < 3; ++a)
+  {
+    shortest = periodic[a] ? std::min(shortest, L[a]) : shortest;
+  }
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    for (int shell = 1;; ++shell)
+    {
+      squared.clear();
+      const int reach[3] = { periodic[0] ? shell : 0, periodic[1] ? shell : 0, periodic[2] ? shell : 0 };
+      for (std::int64_t j = 0; j < n; ++j)
+      {
+        for (int kz = -reach[2]; kz <= reach[2]; ++kz)
+          for (int ky = -reach[1]; ky <= reach[1]; ++ky)
+            for (int kx = -reach[0]; kx <= reach[0]; ++kx)
+            {
+              if (j == i && kx == 0 && ky == 0 && kz == 0)
+              {
+                continue;
+              }
+              const int m[3] = { kx, ky, kz };
+              double y[3];
+              for (int a = 0; a < 3; ++a)
+              {
+                y[a] = m[a] == 0 ? xyz[3 * j + a] : xyz[3 * j + a] + double(m[a]) * L[a];
+              }
+              squared.push_back(exactSquared(&xyz[3 * i], y));
+            }
+      }
+      if (static_cast<int>(squared.size()) < k)
+      {
+        continue;
+      }
+      std::nth_element(squared.begin(), squared.begin() + (k - 1), squared.end());
+      // Images beyond this shell lie at least shell * L away along some axis.
+      if (std::sqrt(squared[k - 1]) < double(shell) * shortest * 0.999)
+      {
+        out[i] = static_cast<float>(std::sqrt(squared[k - 1]));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+Request smoothingLengthRequest(const Cloud& c, int k, std::vector<float>& out)
+{
+  out.assign(static_cast<std::size_t>(c.size()), -1.0f);
+  Request r;
+  r.points = c.points();
+  r.operation = Operation::SmoothingLength;
+  r.neighborTarget = k;
+  r.supportRadius = out.data();
+  r.backend = backendUnderTest;
+  return r;
+}
+
+void expectExact(const std::vector<float>& got, const std::vector<float>& want, const std::string& what)
+{
+  ASSERT_EQ(got.size(), want.size());
+  std::int64_t wrong = 0, first = -1;
+  for (std::size_t i = 0; i < got.size(); ++i)
+  {
+    if (!(got[i] == want[i]))
+    {
+      first = wrong++ == 0 ? static_cast<std::int64_t>(i) : first;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << what << ": first wrong point " << first << ": "
+                      << (first >= 0 ? got[first] : 0.0f) << " instead of " << (first >= 0 ? want[first] : 0.0f);
+}
+
+Cloud fromCoordinates(const std::string& name, std::vector<double> xyz, bool asFloat)
+{
+  Cloud c;
+  c.name = name;
+  c.asFloat = asFloat;
+  c.xyz = std::move(xyz);
+  std::mt19937_64 rng(7);
+  ngtest::finishCloud(c, rng);
+  return c;
+}
+
+/// A dense ball next to empty space and a thin background: 1000x the background's density.
+Cloud clusterNextToEmpty(std::int64_t inBall, std::int64_t background, bool asFloat)
+{
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> g(0.0, 0.01);
+  std::uniform_real_distribution<double> u(0.0, 10.0);
+  std::vector<double> xyz;
+  for (std::int64_t i = 0; i < inBall; ++i)
+  {
+    xyz.push_back(2.0 + g(rng)), xyz.push_back(2.0 + g(rng)), xyz.push_back(2.0 + g(rng));
+  }
+  for (std::int64_t i = 0; i < background; ++i)
+  {
+    xyz.push_back(u(rng)), xyz.push_back(u(rng)), xyz.push_back(u(rng));
+  }
+  xyz.push_back(1e3), xyz.push_back(-5e2), xyz.push_back(7.0); // a far outlier
+  return fromCoordinates("cluster-next-to-empty", std::move(xyz), asFloat);
+}
+
+} // namespace
+
+TEST(SmoothingLength, MatchesBruteForceOnEveryCloud)
+{
+  for (const char* kind : { "uniform", "clustered", "duplicates", "stacked", "planar", "outliers", "far" })
+  {
+    for (bool asFloat : { true, false })
+    {
+      const Cloud c = ngtest::makeCloud(kind, 2500, 10.0, 301, asFloat);
+      for (int k : { 1, 7, 64 })
+      {
+        std::vector<float> out;
+        Engine engine;
+        const Report report = engine.run(smoothingLengthRequest(c, k, out));
+        EXPECT_EQ(report.backend, backendUnderTest);
+        expectExact(out, bruteForce(c.xyz, k), c.name + ", k = " + std::to_string(k));
+      }
+    }
+  }
+}
+
+TEST(SmoothingLength, DenseClusterNextToEmptySpaceTakesSeveralLevels)
+{
+  const Cloud c = clusterNextToEmpty(6000, 1500, true);
+  std::vector<float> out;
+  Engine engine;
+  const Report report = engine.run(smoothingLengthRequest(c, 32, out));
+  EXPECT_GE(report.radiusLevels, 2);
+  expectExact(out, bruteForce(c.xyz, 32), c.name);
+}
+
+TEST(SmoothingLength, LatticeOfEqualDistances)
+{
+  // A cubic lattice: 6 neighbors at 1, 12 at sqrt 2, 8 at sqrt 3, 6 at 2; far from the origin, so
+  // that float coordinates are not exact multiples.
+  std::vector<double> xyz;
+  for (int z = 0; z < 14; ++z)
+    for (int y = 0; y < 14; ++y)
+      for (int x = 0; x < 14; ++x)
+      {
+        xyz.push_back(1000.0 + 0.1 * x), xyz.push_back(-300.0 + 0.1 * y), xyz.push_back(0.1 * z);
+      }
+  for (bool asFloat : { true, false })
+  {
+    const Cloud c = fromCoordinates("lattice", xyz, asFloat);
+    for (int k : { 6, 7, 18, 19, 26, 32, 100 })
+    {
+      std::vector<float> out;
+      Engine engine;
+      engine.run(smoothingLengthRequest(c, k, out));
+      expectExact(out, bruteForce(c.xyz, k), "lattice" + std::string(asFloat ? " f32" : " f64") + ", k = " +
+          std::to_string(k));
+    }
+  }
+}
+
+TEST(SmoothingLength, AllPointsAtOnePosition)
+{
+  const Cloud c = fromCoordinates("one position", std::vector<double>(3 * 200, 1.5), true);
+  std::vector<float> out;
+  Engine engine;
+  engine.run(smoothingLengthRequest(c, 64, out));
+  expectExact(out, std::vector<float>(200, 0.0f), c.name);
+}
+
+TEST(SmoothingLength, PeriodicBoxes)
+{
+  struct Case
+  {
+    const char* name;
+    std::int64_t n;
+    bool periodic[3];
+    double L[3];
+    int k;
+  };
+  const Case cases[] = {
+    { "cube", 2000, { true, true, true }, { 4.0, 4.0, 4.0 }, 32 },
+    { "one axis", 1500, { false, true, false }, { 3.0, 2.0, 5.0 }, 20 },
+    { "few points, many images", 6, { true, true, true }, { 1.0, 2.0, 1.5 }, 64 },
+    { "flat box", 800, { true, true, false }, { 6.0, 6.0, 0.2 }, 48 },
+  };
+  for (const Case& pc : cases)
+  {
+    std::mt19937_64 rng(17);
+    std::vector<double> xyz;
+    for (std::int64_t i = 0; i < pc.n; ++i)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        // Inside the box, some points clustered near a corner so that their neighbors wrap.
+        std::uniform_real_distribution<double> u(0.0, i % 3 == 0 ? 0.05 * pc.L[a] : pc.L[a]);
+        xyz.push_back(u(rng));
+      }
+    }
+    const Cloud c = fromCoordinates(pc.name, xyz, false);
+    std::vector<float> out;
+    Request r = smoothingLengthRequest(c, pc.k, out);
+    for (int a = 0; a < 3; ++a)
+    {
+      r.periodic[a] = pc.periodic[a];
+      r.boxLengths[a] = pc.L[a];
+    }
+    Engine engine;
+    const Report report = engine.run(r);
+    EXPECT_GT(report.periodicImages, 0) << pc.name;
+    expectExact(out, periodicBruteForce(c.xyz, pc.k, pc.periodic, pc.L), pc.name);
+  }
+}
+
+TEST(SmoothingLength, BadRequestsAreClearErrorsAndLeaveTheOutput)
+{
+  const Cloud c = ngtest::makeCloud("uniform", 100, 1.0, 5, true);
+  auto expectError = [&](Request r, const std::string& part) {
+    std::vector<float> before(r.supportRadius ? r.supportRadius : nullptr,
+      r.supportRadius ? r.supportRadius + c.size() : nullptr);
+    Engine engine;
+    try
+    {
+      engine.run(r);
+      ADD_FAILURE() << "no error; expected one mentioning '" << part << "'";
+    }
+    catch (const Error& e)
+    {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+    if (r.supportRadius)
+    {
+      EXPECT_TRUE(std::equal(before.begin(), before.end(), r.supportRadius)) << "output touched: " << part;
+    }
+  };
+  std::vector<float> out;
+  Request r = smoothingLengthRequest(c, 64, out);
+  r.neighborTarget = 0;
+  expectError(r, "[1, 1024]");
+  r.neighborTarget = maxNeighborTarget + 1;
+  expectError(r, "[1, 1024]");
+  r.neighborTarget = 100;
+  expectError(r, "k = 100 other points");
+  r.neighborTarget = 8;
+  r.method = Method::FENNS;
+  expectError(r, "leave the method at Auto");
+  r.method = Method::Auto;
+  r.source = c.points();
+  expectError(r, "without a source");
+  r.source = Points();
+  std::vector<float> radii(c.size(), 0.1f);
+  r.radii = radii.data();
+  expectError(r, "takes none");
+  r.radii = nullptr;
+  r.supportRadius = nullptr;
+  expectError(r, "Request::supportRadius");
+  r.supportRadius = out.data();
+  std::vector<float> bad(c.xyzFloat);
+  bad[3 * 17 + 1] = NAN;
+  r.points = Points(bad.data(), c.size());
+  expectError(r, "point 17");
+  r.periodic[0] = true;
+  r.boxLengths[0] = 1.0;
+  expectError(r, "point 17");
+}
+
+TEST(SmoothingLength, FeedsPerParticleRadii)
+{
+  // The workflow it exists for: Smoothing Length, then density with those radii (Gather): every
+  // point then has k neighbors or more (more where distances tie; the float radius may round up).
+  const Cloud c = ngtest::makeCloud("clustered", 3000, 10.0, 77, true);
+  std::vector<float> radius;
+  Engine engine;
+  engine.run(smoothingLengthRequest(c, 16, radius));
+  std::vector<std::int32_t> count(c.size());
+  Request r;
+  r.points = c.points();
+  r.radii = radius.data();
+  r.operation = Operation::NeighborCount;
+  r.neighborCount = count.data();
+  r.backend = backendUnderTest;
+  engine.run(r);
+  std::int64_t fewer = 0;
+  for (std::int32_t n : count)
+  {
+    fewer += n < 15 ? 1 : 0; // k - 1 where the float radius rounded below the exact distance
+  }
+  EXPECT_EQ(fewer, 0);
+}
