@@ -221,28 +221,58 @@ int kthNeighborDistancesOnHost(const Points& points, std::int64_t queries, int k
   kthLevelRange(base, lo, hi, lowest, highest);
   const std::vector<KthCellOffset> offsets = kthOffsetTable();
 
-  // Each query's level from its cell of c_0, queries in that grid's order (neighbors together).
-  std::vector<std::vector<std::int32_t>> pending(static_cast<std::size_t>(highest - lowest + 2));
+  // Each query's level from its cell of c_0; clusters are denser at their cores than that cell
+  // shows, so queries estimated finer than a level look again at that level's cells, down to the
+  // finest. Queries stay in the base grid's order (neighbors together).
+  const float expected = kthExpectedPerBaseCell(k);
   std::unique_ptr<HostLevelGrid> grid(new HostLevelGrid(points, lo, base, threads));
+  std::vector<std::int32_t> queryOrder;
+  queryOrder.reserve(static_cast<std::size_t>(queries));
+  for (std::int32_t i : grid->order())
   {
-    const float expected = kthExpectedPerBaseCell(k);
-    for (std::int32_t i : grid->order())
+    if (i < queries)
     {
-      if (i >= queries)
-      {
-        continue;
-      }
-      double x[3], f[3];
-      input.get(i, x[0], x[1], x[2]);
-      std::int64_t c[3], first = 0, last = 0;
-      grid->cellOf(x, c, f);
-      grid->find(c, first, last);
-      const int level = kthLevelFor(static_cast<std::int32_t>(last - first), expected, lowest, highest);
-      pending[static_cast<std::size_t>(level - lowest)].push_back(i);
+      queryOrder.push_back(i);
     }
   }
+  std::vector<signed char> levelOf(static_cast<std::size_t>(queries), 0);
+  auto ownCount = [&](std::int32_t i) {
+    double x[3], f[3];
+    input.get(i, x[0], x[1], x[2]);
+    std::int64_t c[3], first = 0, last = 0;
+    grid->cellOf(x, c, f);
+    grid->find(c, first, last);
+    return static_cast<std::int32_t>(last - first);
+  };
+  int finest = 0;
+  for (std::int32_t i : queryOrder)
+  {
+    levelOf[i] = static_cast<signed char>(kthLevelFor(ownCount(i), expected, lowest, highest));
+    finest = std::min<int>(finest, levelOf[i]);
+  }
+  int gridLevel = 0;
+  for (int level = -1; level > finest - 1 && level >= lowest; --level)
+  {
+    grid.reset();
+    grid.reset(new HostLevelGrid(points, lo, std::ldexp(base, level), threads));
+    gridLevel = level;
+    finest = level;
+    for (std::int32_t i : queryOrder)
+    {
+      if (levelOf[i] < level)
+      {
+        levelOf[i] = static_cast<signed char>(level + kthLevelFor(ownCount(i), expected, lowest - level, 0));
+        finest = std::min<int>(finest, levelOf[i]);
+      }
+    }
+  }
+  std::vector<std::vector<std::int32_t>> pending(static_cast<std::size_t>(highest - lowest + 2));
+  for (std::int32_t i : queryOrder)
+  {
+    pending[static_cast<std::size_t>(levelOf[i] - lowest)].push_back(i);
+  }
   std::int64_t done = 0;
-  int gridLevel = 0, searched = 0;
+  int searched = 0;
   for (int level = lowest; level <= highest; ++level)
   {
     std::vector<std::int32_t>& mine = pending[static_cast<std::size_t>(level - lowest)];

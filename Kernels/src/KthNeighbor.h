@@ -97,18 +97,19 @@ inline double kthBaseCellSize(std::int64_t n, int k, const double lo[3], const d
   double widest = 0.0;
   for (int a = 0; a < 3; ++a)
   {
-    widest = std::max(widest, hi[a] - lo[a]);
+    widest = std::max(widest, std::min(hi[a] - lo[a], 1e307)); // finite
   }
   if (!(widest > 0.0))
   {
     return 1.0; // every point at one position: any cell holds them all
   }
-  double volume = 1.0;
+  // Per axis, so that extents near the largest double do not overflow.
+  double size = std::cbrt(3.0 * k / (4.0 * 3.14159265358979 * double(n)));
   for (int a = 0; a < 3; ++a)
   {
-    volume *= std::max(hi[a] - lo[a], widest * 1e-3);
+    size *= std::cbrt(std::max(std::min(hi[a] - lo[a], 1e307), widest * 1e-3));
   }
-  return std::cbrt(3.0 * k * volume / (4.0 * 3.14159265358979 * double(n)));
+  return size;
 }
 
 /// Points of an even cloud in one cell of c_0.
@@ -134,7 +135,7 @@ inline void kthLevelRange(double baseCellSize, const double lo[3], const double 
   double widest = 0.0;
   for (int a = 0; a < 3; ++a)
   {
-    widest = std::max(widest, hi[a] - lo[a]);
+    widest = std::max(widest, std::min(hi[a] - lo[a], 1e307)); // cells stay finite
   }
   highest = 0;
   while (baseCellSize * std::ldexp(1.0, highest) < widest && highest < 60)

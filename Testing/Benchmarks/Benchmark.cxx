@@ -910,14 +910,18 @@ int runHeadline(const std::vector<Method>& methods, int runs, std::ofstream& csv
 /// (sort and search) and end to end. Checks every result is finite, densities > 0, and reports the
 /// measured mean and median neighbor counts of each radius rule. CSV: device,table,n,scene,radius,
 /// operation,method,median_ms,end_to_end_ms,levels,searches,mean_neighbors,median_neighbors
-int runRadii(std::int64_t n, int runs, std::ofstream& csv)
+/// The clustered cloud of --radii (below): coordinates, each particle's radius for about 64
+/// neighbors, and a 3-component field.
+void makeClusteredCloud(std::int64_t n, std::vector<float>& xyz, std::vector<float>& radii, std::vector<float>& field)
 {
   const double box = 200.0;
   const double sigma[5] = { 0.5, 1.0, 2.0, 4.0, 8.0 };
   const double centers[5][3] = { { 40, 50, 60 }, { 150, 40, 100 }, { 100, 150, 50 }, { 60, 120, 150 },
     { 140, 140, 140 } };
   const std::size_t count = static_cast<std::size_t>(n);
-  std::vector<float> xyz(3 * count), radii(count), mass(count, 1.0f), field(3 * count);
+  xyz.assign(3 * count, 0.0f);
+  radii.assign(count, 0.0f);
+  field.assign(3 * count, 0.0f);
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t)
@@ -955,6 +959,14 @@ int runRadii(std::int64_t n, int runs, std::ofstream& csv)
   {
     thread.join();
   }
+}
+
+int runRadii(std::int64_t n, int runs, std::ofstream& csv)
+{
+  const double box = 200.0;
+  const std::size_t count = static_cast<std::size_t>(n);
+  std::vector<float> xyz, radii, mass(count, 1.0f), field;
+  makeClusteredCloud(n, xyz, radii, field);
   std::vector<float> sorted(radii);
   std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.end());
   const double medianRadius = sorted[n / 2];
@@ -1059,6 +1071,71 @@ int runRadii(std::int64_t n, int runs, std::ofstream& csv)
   return 0;
 }
 
+/// --smoothing-length=N: Smoothing Length (k = 64) of N uniform random points (the 4M row's
+/// density: box 90 at 4M, about 80 neighbors within 1.5) and of --radii's clustered cloud, Auto,
+/// median of `runs`: device-resident (grids and searches) and end to end, with the levels searched
+/// and the median and extremes of the result. CSV: device,table,n,cloud,k,median_ms,end_to_end_ms,
+/// levels,median_radius,min_radius,max_radius
+int runSmoothingLengthTable(std::int64_t n, int runs, std::ofstream& csv)
+{
+  const std::string header = "device,table,n,cloud,k,median_ms,end_to_end_ms,levels,median_radius,min_radius,max_radius\n";
+  std::printf("%s", header.c_str());
+  if (csv)
+  {
+    csv << header;
+  }
+  Engine engine;
+  for (const char* cloud : { "uniform", "clustered" })
+  {
+    std::vector<float> xyz, radii, field;
+    if (std::strcmp(cloud, "clustered") == 0)
+    {
+      makeClusteredCloud(n, xyz, radii, field);
+    }
+    else
+    {
+      xyz.resize(3 * std::size_t(n));
+      std::mt19937_64 rng(4242);
+      std::uniform_real_distribution<float> u(0.0f, static_cast<float>(90.0 * std::cbrt(double(n) / 4194304.0)));
+      for (auto& v : xyz)
+      {
+        v = u(rng);
+      }
+    }
+    std::vector<float> support(static_cast<std::size_t>(n));
+    Request r;
+    r.points = Points(xyz.data(), n);
+    r.operation = Operation::SmoothingLength;
+    r.neighborTarget = 64;
+    r.supportRadius = support.data();
+    std::vector<double> resident, wall;
+    Report report;
+    if (!timedRuns(engine, r, runs, resident, wall, report))
+    {
+      continue;
+    }
+    std::vector<float> sorted(support);
+    std::sort(sorted.begin(), sorted.end());
+    std::ostringstream line;
+    line << report.device << ",smoothing-length," << n << "," << cloud << ",64," << median(resident) << ","
+         << median(wall) << "," << report.radiusLevels << "," << sorted[n / 2] << "," << sorted.front() << ","
+         << sorted.back() << "\n";
+    std::printf("%s", line.str().c_str());
+    if (csv)
+    {
+      csv << line.str();
+    }
+    std::fprintf(stderr, "  stages:");
+    for (const auto& stage : report.stages)
+    {
+      std::fprintf(stderr, " %s %.2f ms", stage.stage.c_str(), stage.milliseconds);
+    }
+    std::fprintf(stderr, "\n");
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv)
 {
   std::string table = "issue";
@@ -1073,6 +1150,7 @@ int main(int argc, char** argv)
   std::int64_t slabPoints = 0, memoryLimit = 0, pointCount = 67108864;
   int ranks = 0;
   std::int64_t radiiPoints = 0;
+  std::int64_t smoothingLengthPoints = 0;
   for (int i = 1; i < argc; ++i)
   {
     const std::string a = argv[i];
@@ -1130,6 +1208,10 @@ int main(int argc, char** argv)
     {
       ranks = std::max(1, std::atoi(a.c_str() + 8));
     }
+    else if (a.rfind("--smoothing-length=", 0) == 0)
+    {
+      smoothingLengthPoints = std::max<std::int64_t>(1000, std::atoll(a.c_str() + 19));
+    }
     else if (a.rfind("--radii=", 0) == 0)
     {
       radiiPoints = std::max<std::int64_t>(1000, std::atoll(a.c_str() + 8));
@@ -1143,7 +1225,7 @@ int main(int argc, char** argv)
       std::fprintf(stderr,
         "usage: %s [--table=headline|issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|cpu|all|smoke]\n"
         "          [--runs=N] [--csv=FILE] [--volume=N] [--periodic] [--operations=N]\n"
-        "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]] [--radii=N]\n"
+        "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]] [--radii=N] [--smoothing-length=N]\n"
         "          [--methods=counting-sort,radix-sort,fenns,claws,bayraktar,staged-tiles,brute-force,auto] [--cpu] [--roofline]\n",
         argv[0]);
       return 2;
@@ -1184,6 +1266,10 @@ int main(int argc, char** argv)
   if (radiiPoints > 0)
   {
     return runRadii(radiiPoints, runs, csv);
+  }
+  if (smoothingLengthPoints > 0)
+  {
+    return runSmoothingLengthTable(smoothingLengthPoints, runs, csv);
   }
   if (ranks > 0)
   {

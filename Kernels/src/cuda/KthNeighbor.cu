@@ -209,6 +209,7 @@ __global__ void kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ bas
     if (ties == 0)
     {
       atomicAdd(counters + levelSlots, 1); // cannot happen: the float k-th's pair is in the band
+
       out[qi] = NAN;
       return;
     }
@@ -249,6 +250,52 @@ __global__ void assignLevels(KthGrid g, int n, std::int64_t queries, float expec
       atomicAdd(perLevel + level, 1);
     }
     levels[t] = level;
+  }
+  __syncthreads();
+  for (int s = threadIdx.x; s < levelSlots; s += blockDim.x)
+  {
+    if (perLevel[s])
+    {
+      atomicAdd(counters + s, perLevel[s]);
+    }
+  }
+}
+
+/// A finer look at the queries estimated finer than `level` (slot `slot`), from their cells at
+/// that level: the estimate may stay finer or come back to `level`. Counts those still finer.
+__global__ void refineLevels(KthGrid g, const std::int32_t* __restrict__ baseOrder, unsigned char* __restrict__ levels,
+  int n, int level, int lowest, float expected, int* __restrict__ finer)
+{
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= n || levels[t] == noLevel || int(levels[t]) + lowest >= level)
+  {
+    return;
+  }
+  double c[3];
+  inputCell(g.input, baseOrder[t], g.cellSize, c);
+  const int m = g.table.find(c);
+  const int own = g.table.start[m + 1] - g.table.start[m];
+  const int refined = level + kthLevelFor(own, expected, lowest - level, 0);
+  levels[t] = static_cast<unsigned char>(refined - lowest);
+  if (refined < level)
+  {
+    atomicAdd(finer, 1);
+  }
+}
+
+/// counters[slot] = queries per level.
+__global__ void countLevels(const unsigned char* __restrict__ levels, int n, int* __restrict__ counters)
+{
+  __shared__ int perLevel[levelSlots];
+  for (int s = threadIdx.x; s < levelSlots; s += blockDim.x)
+  {
+    perLevel[s] = 0;
+  }
+  __syncthreads();
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < n && levels[t] != noLevel)
+  {
+    atomicAdd(perLevel + levels[t], 1);
   }
   __syncthreads();
   for (int s = threadIdx.x; s < levelSlots; s += blockDim.x)
@@ -337,12 +384,46 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
   assignLevels<<<blocksFor(n), 256, 0, run.stream>>>(grid, n, queries, kthExpectedPerBaseCell(k), lowest, highest,
     baseOrder, levels, counters);
   NG_CUDA_CHECK_LAUNCH("assignLevels");
+  // Clusters are denser at their cores than a cell of c_0 shows: queries estimated finer than a
+  // level look again at that level's cells, down to the finest.
+  NG_CUDA_CHECK(cudaMemcpyAsync(countersHost, counters, sizeof(int) * levelSlots, cudaMemcpyDeviceToHost, run.stream),
+    "reading the level counts");
+  NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "assigning levels");
+  int finest = 0;
+  for (int slot = 0; slot < levelSlots; ++slot)
+  {
+    if (countersHost[slot] > 0)
+    {
+      finest = std::min(finest, slot + lowest);
+      break;
+    }
+  }
+  int gridLevel = 0;
+  int* finer = counters + levelSlots;
+  for (int level = -1; level > finest - 1 && level >= lowest; --level)
+  {
+    NG_CUDA_CHECK(cudaMemsetAsync(finer, 0, sizeof(int), run.stream), "clearing the refinement count");
+    grid = buildLevel(level);
+    gridLevel = level;
+    refineLevels<<<blocksFor(n), 256, 0, run.stream>>>(grid, baseOrder, levels, n, level, lowest,
+      kthExpectedPerBaseCell(k), finer);
+    NG_CUDA_CHECK_LAUNCH("refineLevels");
+    NG_CUDA_CHECK(cudaMemcpyAsync(countersHost, finer, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
+      "reading the refinement count");
+    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "refining levels");
+    if (countersHost[0] == 0)
+    {
+      break;
+    }
+  }
+  NG_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(int) * (levelSlots + 1), run.stream), "clearing the level counts");
+  countLevels<<<blocksFor(n), 256, 0, run.stream>>>(levels, n, counters);
+  NG_CUDA_CHECK_LAUNCH("countLevels");
   NG_CUDA_CHECK(cudaMemcpyAsync(countersHost, counters, sizeof(int) * levelSlots, cudaMemcpyDeviceToHost, run.stream),
     "reading the level counts");
   NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "assigning levels");
   std::vector<int> waiting(countersHost, countersHost + levelSlots);
   int searched = 0;
-  int gridLevel = 0;
   for (int level = lowest; level <= highest; ++level)
   {
     const int slot = level - lowest;
