@@ -4,7 +4,12 @@
 #include "../KthNeighbor.h"
 #include "GridSearch.cuh"
 
+#include <cub/device/device_select.cuh>
+#include <thrust/iterator/counting_iterator.h>
+
 #include <cfloat>
+#include <cstdio>
+#include <cstdlib>
 
 namespace neighborgrid
 {
@@ -135,19 +140,22 @@ __device__ bool visitNearCells(const KthGrid& g, std::int64_t qi, const double c
   return false;
 }
 
-/// The search of one level: thread t takes query baseOrder[t] if its level is `level`. Its k
+/// The search of one level: thread i takes query baseOrder[atLevel[i]], the level's queries in
+/// the base grid's order (neighbors in one warp). Its k
 /// nearest float distances first (heap in shared memory), then the exact k-th: pairs clearly
 /// nearer than the float k-th are counted, those within rounding of it ordered in double.
 /// A query whose k-th may lie beyond the table's reach moves up a level.
-__global__ void kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ baseOrder, unsigned char* levels, int n,
-  unsigned char level, bool coarsest, int k, float* __restrict__ out, int* __restrict__ counters)
+__global__ void kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ baseOrder, unsigned char* levels,
+  const int* __restrict__ atLevel, int count, unsigned char level, bool coarsest, int k, float* __restrict__ out,
+  int* __restrict__ counters, unsigned long long* stats)
 {
   extern __shared__ float heaps[];
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= n || levels[t] != level)
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count)
   {
     return;
   }
+  const int t = atLevel[i];
   const std::int64_t qi = baseOrder[t];
   double c[3];
   inputCell(g.input, qi, g.cellSize, c);
@@ -155,9 +163,10 @@ __global__ void kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ bas
   float* h = heaps + threadIdx.x;
   const int stride = blockDim.x;
 
-  int size = 0;
+  int size = 0, candidates = 0, exactPasses = 0;
   float kth = FLT_MAX;
   visitNearCells(g, qi, c, q, [&] { return size == k ? kth : FLT_MAX; }, [&](int, float r2) {
+    ++candidates;
     if (size < k)
     {
       heapPush(h, stride, size++, r2);
@@ -183,9 +192,9 @@ __global__ void kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ bas
   const float nearer = kth - band, farther = kth + band;
   int below = 0;
   double previous = -1.0;
-  for (;;)
+  for (;; ++exactPasses)
   {
-    double best = DBL_MAX;
+    double best = HUGE_VAL; // +inf: squared distances beyond 1e154 overflow to it, and tie there
     int ties = 0;
     const bool first = previous < 0.0;
     visitNearCells(g, qi, c, q, [&] { return farther; }, [&](int j, float r2) {
@@ -217,6 +226,12 @@ __global__ void kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ bas
     if (below >= k)
     {
       out[qi] = float(sqrt(best));
+      if (stats)
+      {
+        atomicAdd(stats, static_cast<unsigned long long>(candidates));
+        atomicAdd(stats + 1, static_cast<unsigned long long>(exactPasses + 1));
+        atomicAdd(stats + 2, 1ull);
+      }
       return;
     }
     previous = best;
@@ -283,6 +298,14 @@ __global__ void refineLevels(KthGrid g, const std::int32_t* __restrict__ baseOrd
   }
 }
 
+/// Selects the positions t of the base order whose query is at one level.
+struct AtLevel
+{
+  const unsigned char* levels;
+  unsigned char slot;
+  __device__ bool operator()(int t) const { return levels[t] == slot; }
+};
+
 /// counters[slot] = queries per level.
 __global__ void countLevels(const unsigned char* __restrict__ levels, int n, int* __restrict__ counters)
 {
@@ -309,7 +332,8 @@ __global__ void countLevels(const unsigned char* __restrict__ levels, int n, int
 
 } // namespace
 
-CudaKthNeighbor::CudaKthNeighbor(DevicePool& pool) : cells_(pool), baseOrder_(pool), levels_(pool), counters_(pool)
+CudaKthNeighbor::CudaKthNeighbor(DevicePool& pool)
+  : cells_(pool), baseOrder_(pool), levels_(pool), counters_(pool), selected_(pool), scratch_(pool)
 {
   static_assert(sizeof(KthCellOffset) == 4, "offsets travel as 4 bytes");
 }
@@ -322,12 +346,13 @@ std::int64_t CudaKthNeighbor::plannedBytes(const Problem& p)
   kthLevelRange(base, p.lo, p.hi, lowest, highest);
   // The finest level has the widest keys and the most cells.
   const KeyLayout layout = makeKeyLayout(p.lo, p.hi, std::ldexp(base, lowest));
-  return RadixCells::plannedBytes(n, layout, false) + 5 * n + 4 * (levelSlots + 1);
+  return RadixCells::plannedBytes(n, layout, false) + 9 * n + 4 * (levelSlots + 2) + (std::int64_t(1) << 20);
 }
 
 std::int64_t CudaKthNeighbor::heldBytes() const
 {
-  return cells_.heldBytes() + std::int64_t(baseOrder_.bytes() + levels_.bytes() + counters_.bytes());
+  return cells_.heldBytes() +
+    std::int64_t(baseOrder_.bytes() + levels_.bytes() + counters_.bytes() + selected_.bytes() + scratch_.bytes());
 }
 
 int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
@@ -348,7 +373,7 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
     "uploading the cell offsets");
   std::int32_t* baseOrder = baseOrder_.ensure(std::size_t(n), "queries in cell order");
   unsigned char* levels = levels_.ensure(std::size_t(n), "level of each query");
-  int* counters = counters_.ensure(levelSlots + 1, "queries per level");
+  int* counters = counters_.ensure(levelSlots + 2, "queries per level");
   int* countersHost = countersHost_.ensure(levelSlots + 1, "queries per level (pinned host memory)");
   NG_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(int) * (levelSlots + 1), run.stream), "clearing the level counts");
 
@@ -423,6 +448,16 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
     "reading the level counts");
   NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "assigning levels");
   std::vector<int> waiting(countersHost, countersHost + levelSlots);
+  // NEIGHBORGRID_KTH_STATS: candidates and exact passes per level on stderr (diagnostics).
+  unsigned long long* stats = nullptr;
+  const bool printStats = std::getenv("NEIGHBORGRID_KTH_STATS") != nullptr;
+  if (printStats)
+  {
+    NG_CUDA_CHECK(cudaMallocAsync(&stats, 3 * sizeof(unsigned long long), run.stream), "statistics");
+    NG_CUDA_CHECK(cudaMemsetAsync(stats, 0, 3 * sizeof(unsigned long long), run.stream), "statistics");
+  }
+  int* atLevel = selected_.ensure(std::size_t(n), "queries of one level");
+  int* selectedCount = counters + levelSlots + 1;
   int searched = 0;
   for (int level = lowest; level <= highest; ++level)
   {
@@ -436,19 +471,42 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
       grid = buildLevel(level);
       gridLevel = level;
     }
-    kthNeighborLevel<<<blocksFor(n, threads), threads, heapBytes, run.stream>>>(grid, baseOrder, levels, n,
-      static_cast<unsigned char>(slot), level == highest, k, out, counters);
+    // The level's queries, in base order: its warps then hold neighbors of one level only.
+    const AtLevel atThisLevel{ levels, static_cast<unsigned char>(slot) };
+    std::size_t selectBytes = 0;
+    NG_CUDA_CHECK(cub::DeviceSelect::If(nullptr, selectBytes, thrust::counting_iterator<int>(0), atLevel, selectedCount,
+                    n, atThisLevel, run.stream),
+      "sizing the level's selection");
+    void* selectTemp = scratch_.ensure(selectBytes, "selection scratch");
+    NG_CUDA_CHECK(cub::DeviceSelect::If(selectTemp, selectBytes, thrust::counting_iterator<int>(0), atLevel,
+                    selectedCount, n, atThisLevel, run.stream),
+      "selecting the level's queries");
+    kthNeighborLevel<<<blocksFor(waiting[slot], threads), threads, heapBytes, run.stream>>>(grid, baseOrder, levels,
+      atLevel, waiting[slot], static_cast<unsigned char>(slot), level == highest, k, out, counters, stats);
     NG_CUDA_CHECK_LAUNCH("kthNeighborLevel");
     ++searched;
     NG_CUDA_CHECK(cudaMemcpyAsync(countersHost, counters + slot + 1, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
       "reading the next level's count");
     NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "Smoothing Length search");
     waiting[slot + 1] = countersHost[0];
+    if (printStats)
+    {
+      unsigned long long h[3];
+      NG_CUDA_CHECK(cudaMemcpy(h, stats, sizeof h, cudaMemcpyDeviceToHost), "statistics");
+      NG_CUDA_CHECK(cudaMemset(stats, 0, sizeof h), "statistics");
+      std::fprintf(stderr, "level %d (cell %g): %d queries, %llu finished, %.1f candidates, %.2f exact passes each, %d up\n",
+        level, std::ldexp(base, level), waiting[slot], h[2], double(h[0]) / double(h[2] ? h[2] : 1),
+        double(h[1]) / double(h[2] ? h[2] : 1), waiting[slot + 1]);
+    }
     if (level == highest && waiting[slot + 1] > 0)
     {
       throw Error("NeighborGrid: Smoothing Length: " + std::to_string(waiting[slot + 1]) +
         " points found fewer than k neighbors at the coarsest level (an internal error; please report it)");
     }
+  }
+  if (stats)
+  {
+    cudaFreeAsync(stats, run.stream);
   }
   NG_CUDA_CHECK(cudaMemcpyAsync(countersHost, counters + levelSlots, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
     "reading the failure count");

@@ -26,6 +26,8 @@ private:
   DeviceBuffer<std::int32_t> baseOrder_;
   DeviceBuffer<unsigned char> levels_;
   DeviceBuffer<int> counters_;
+  DeviceBuffer<int> selected_;
+  DeviceBuffer<unsigned char> scratch_;
   PinnedBuffer<int> countersHost_;
 };
 
