@@ -34,13 +34,19 @@ struct KthGrid
   double inverseCellSize = 1.0;
 };
 
-/// The exact squared distance of input points i and j, in squared cell units (rounded to float).
-__device__ float exactFrameDistance(const KthGrid& g, std::int64_t i, std::int64_t j)
+/// The exact squared distance of input points i and j (PairTest.h's formula), in input units.
+__device__ double exactSquared(const KthGrid& g, std::int64_t i, std::int64_t j)
 {
   double a[3], b[3];
   g.input.get(i, a[0], a[1], a[2]);
   g.input.get(j, b[0], b[1], b[2]);
-  return float(exactSquaredDistance(a[0], a[1], a[2], b[0], b[1], b[2]) * g.inverseCellSize * g.inverseCellSize);
+  return exactSquaredDistance(a[0], a[1], a[2], b[0], b[1], b[2]);
+}
+
+/// The same in squared cell units, rounded to float.
+__device__ float exactFrameDistance(const KthGrid& g, std::int64_t i, std::int64_t j)
+{
+  return float(exactSquared(g, i, j) * g.inverseCellSize * g.inverseCellSize);
 }
 
 /// Max-heap of `size` floats at h[0], h[stride], ...: a thread's own column of shared memory.
@@ -204,10 +210,7 @@ __global__ void kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ bas
       }
       else if (r2 <= farther)
       {
-        double a[3], b[3];
-        g.input.get(qi, a[0], a[1], a[2]);
-        g.input.get(g.orderToInput[j], b[0], b[1], b[2]);
-        const double e = exactSquaredDistance(a[0], a[1], a[2], b[0], b[1], b[2]);
+        const double e = exactSquared(g, qi, g.orderToInput[j]);
         if (e > previous)
         {
           ties = e < best ? 1 : ties + (e == best ? 1 : 0);
