@@ -5,6 +5,7 @@
 #include <vtkSMPTools.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <exception>
 #include <memory>
 #include <numeric>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -513,6 +515,7 @@ struct RankAgreement
   bool sendMass = false;
   bool sendRadii = false;
   double largestRadius = 0.0;
+  std::vector<double> reaches; // every rank's own `largestRadius` entry
 };
 
 /// Collective.
@@ -533,6 +536,7 @@ RankAgreement AgreeOnRegions(vtkMultiProcessController* controller, const Region
   controller->AllGather(mine.data(), all.data(), entries);
   RankAgreement agreed;
   agreed.regions.resize(static_cast<std::size_t>(ranks));
+  agreed.reaches.resize(static_cast<std::size_t>(ranks));
   for (int k = 0; k < ranks; ++k)
   {
     for (int a = 0; a < 3; ++a)
@@ -543,15 +547,16 @@ RankAgreement AgreeOnRegions(vtkMultiProcessController* controller, const Region
     agreed.sendMass = agreed.sendMass || all[entries * k + 6] != 0.0;
     agreed.sendRadii = agreed.sendRadii || all[entries * k + 7] != 0.0;
     agreed.largestRadius = std::max(agreed.largestRadius, all[entries * k + 8]);
+    agreed.reaches[k] = all[entries * k + 8];
   }
   return agreed;
 }
 
 /// The halo every other rank needs: per rank k, the indices of this rank's owned particles within
-/// `reach` of k's region (periodic images included), chosen in parallel. The larger part of the
-/// prologue: a test per owned particle and rank.
+/// reaches[k] of k's region (periodic images included), chosen in parallel. The larger part of
+/// the prologue: a test per owned particle and rank.
 std::vector<std::vector<std::int64_t>> ChooseHalo(const Request& request, const Points& particles,
-  const Ownership& owned, const std::vector<Region>& regions, int rank, double reach)
+  const Ownership& owned, const std::vector<Region>& regions, int rank, const std::vector<double>& reaches)
 {
   std::vector<std::vector<std::int64_t>> sendIndices(regions.size());
   for (int k = 0; k < static_cast<int>(regions.size()); ++k)
@@ -563,7 +568,7 @@ std::vector<std::vector<std::int64_t>> ChooseHalo(const Request& request, const 
     std::vector<std::int64_t> chosen = SelectIndices(owned.count, [&](std::int64_t m) {
       double x[3];
       ReadPoint(particles, owned[m], x);
-      return Reaches(request, reach, x, regions[k]);
+      return Reaches(request, reaches[static_cast<std::size_t>(k)], x, regions[k]);
     });
     if (!owned.list.empty())
     {
@@ -674,7 +679,8 @@ struct ExtendedSet
 /// This rank's particles take their results, in input order, from the first owned.count entries
 /// of the extended set's.
 void WriteOwnedResults(const Request& request, const Ownership& owned, const HostVector<std::int32_t>& counts,
-  const float* density, const std::vector<HostVector<float>>& outputs, int outputsPerComponent)
+  const float* density, const float* supportRadius, const std::vector<HostVector<float>>& outputs,
+  int outputsPerComponent)
 {
   ParallelFor(owned.count, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t k = begin; k < end; ++k)
@@ -688,6 +694,10 @@ void WriteOwnedResults(const Request& request, const Ownership& owned, const Hos
       if (request.density)
       {
         request.density[to] = density[from];
+      }
+      if (request.supportRadius)
+      {
+        request.supportRadius[to] = supportRadius[from];
       }
       for (std::size_t a = 0; a < request.smoothed.size(); ++a)
       {
@@ -755,6 +765,8 @@ private:
   void HaloDensitiesFromOwners();
   void AnswerGhostPoints();
   GhostAnswers QueryGhostPoints();
+  double LocalSmoothingLengthReach();
+  void AnswerGhostSmoothingLengths();
 
   // The run as the filter asked for it.
   neighborgrid::Engine& engine;
@@ -767,12 +779,17 @@ private:
   // SPH smoothing and the gradient weigh every particle by its volume m_j / rho_j.
   const bool sph;
   const int outputsPerComponent; // the gradient: 3 per component
+  // Smoothing Length: the halo reaches as far as the k-th neighbor of a rank's points on that rank
+  // alone (more particles can only bring it nearer); every rank has its own reach.
+  const bool smoothingLength;
 
   // What the stages hand on.
   std::exception_ptr failure;
   Ownership owned;
   Region region;
-  double reach;        // the halo's width: R, or the largest radius of any rank
+  double reach;        // the halo's width: R, the largest radius of any rank, or this rank's own
+  std::vector<double> reaches; // per rank, how far its region reaches (the same for all but
+                               // Smoothing Length)
   bool sendRadii;      // agreed by the ranks: a rank without points has no radii
   bool sendMass;       // agreed likewise; a rank without a mass array sends its constant mass
   const float* masses; // request.mass or constantMasses
@@ -784,6 +801,7 @@ private:
   Request run; // the request on the extended set
   HostVector<std::int32_t> extCounts; // particle mode: outputs for the whole extended set
   HostVector<float> extDensity;
+  HostVector<float> extSupport; // Smoothing Length: this rank's owned particles only
   std::vector<HostVector<float>> extOutputs;
   HostVector<float> rho, volumes;
   Report report; // the stages before the main run
@@ -802,7 +820,8 @@ DistributedRun::DistributedRun(neighborgrid::Engine& engine, const Request& requ
   , sph(request.operation == Operation::Gradient ||
       (request.operation == Operation::Smoothing && request.normalization == Normalization::SPH))
   , outputsPerComponent(request.operation == Operation::Gradient ? 3 : 1)
-  , reach(request.radius)
+  , smoothingLength(request.operation == Operation::SmoothingLength)
+  , reach(smoothingLength ? 0.0 : request.radius)
   , sendRadii(request.radii != nullptr)
   , sendMass(request.mass && (request.operation == Operation::Density || sph))
   , masses(request.mass)
@@ -870,7 +889,7 @@ void DistributedRun::ExchangeHalo()
     // The larger part of the prologue: a test per owned particle and other rank.
     const auto haloBegan = Clock::now();
     this->sendIndices = ChooseHalo(
-      this->request, this->particles, this->owned, this->regions, this->summary.rank, this->reach);
+      this->request, this->particles, this->owned, this->regions, this->summary.rank, this->reaches);
     for (const auto& indices : this->sendIndices)
     {
       this->summary.haloSent += static_cast<std::int64_t>(indices.size());
@@ -888,6 +907,18 @@ void DistributedRun::ExchangeHalo()
 /// ranks agree on the largest next).
 void DistributedRun::MeasureHaloWidth()
 {
+  if (this->smoothingLength)
+  {
+    try
+    {
+      this->reach = this->LocalSmoothingLengthReach();
+    }
+    catch (...)
+    {
+      this->failure = std::current_exception(); // the ranks agree on it next
+    }
+    return;
+  }
   if (!this->request.radii)
   {
     return;
@@ -916,14 +947,20 @@ void DistributedRun::AgreeWithOtherRanks()
     this->engine.setCudaDevice(this->summary.cudaDevice);
   }
   // An empty region reaches nothing.
+  const bool ownReach = this->request.radii || this->smoothingLength;
   const RankAgreement agreed = AgreeOnRegions(
-    this->controller, this->region, this->sendMass, this->sendRadii, this->request.radii ? this->reach : 0.0);
+    this->controller, this->region, this->sendMass, this->sendRadii, ownReach ? this->reach : 0.0);
   this->regions = agreed.regions;
   this->sendMass = agreed.sendMass;
   this->sendRadii = agreed.sendRadii;
   if (this->sendRadii)
   {
     this->reach = agreed.largestRadius;
+  }
+  this->reaches.assign(agreed.regions.size(), this->reach);
+  if (this->smoothingLength)
+  {
+    this->reaches = agreed.reaches;
   }
   const std::int64_t n = this->particles.count;
   if (this->sendMass && !this->masses)
@@ -942,7 +979,7 @@ void DistributedRun::AgreeWithOtherRanks()
   {
     radiiFailure = std::make_exception_ptr(Error("NeighborGrid: other ranks have per-particle radii, this one has none"));
   }
-  AgreeAllSucceeded(this->controller, radiiFailure);
+  AgreeAllSucceeded(this->controller, this->failure ? this->failure : radiiFailure);
 }
 
 /// The particles this rank runs on: its owned particles, then the halo in rank order, with the
@@ -966,6 +1003,13 @@ void DistributedRun::BuildExtendedSet()
     {
       this->extDensity.resize(extCount);
       this->run.density = this->extDensity.data();
+    }
+    if (this->request.supportRadius)
+    {
+      // The owned particles come first in the extended set: only they are queries.
+      this->extSupport.resize(static_cast<std::size_t>(this->owned.count));
+      this->run.supportRadius = this->extSupport.data();
+      this->run.smoothingLengthQueries = this->owned.count;
     }
     for (auto& array : this->run.smoothed)
     {
@@ -1085,13 +1129,18 @@ void DistributedRun::Compute()
     }
     else if (!this->failure)
     {
-      if (this->ext.count() > 0)
+      // Smoothing Length asks for the owned particles' results only (the halo are neighbors).
+      if (this->smoothingLength ? this->owned.count > 0 : this->ext.count() > 0)
       {
         this->last = this->engine.run(this->run);
       }
       WriteOwnedResults(this->request, this->owned, this->extCounts,
-        this->sph ? this->rho.data() : this->extDensity.data(), this->extOutputs, this->outputsPerComponent);
-      this->AnswerGhostPoints();
+        this->sph ? this->rho.data() : this->extDensity.data(), this->extSupport.data(), this->extOutputs,
+        this->outputsPerComponent);
+      if (!this->smoothingLength)
+      {
+        this->AnswerGhostPoints();
+      }
     }
   }
   catch (...)
@@ -1099,6 +1148,10 @@ void DistributedRun::Compute()
     this->failure = std::current_exception();
   }
   AgreeAllSucceeded(this->controller, this->failure);
+  if (this->smoothingLength && !this->separate)
+  {
+    this->AnswerGhostSmoothingLengths();
+  }
 }
 
 /// Ghost points (copies of other ranks' points) take the result of a query at their position
@@ -1181,6 +1234,122 @@ GhostAnswers DistributedRun::QueryGhostPoints()
     AppendStages(this->report, this->engine.run(queryDensity), "ghost points density: ");
   }
   return answers;
+}
+
+/// Smoothing Length: how far this rank's points must see, from a first run on its own particles.
+/// Every other particle can only bring a point's k-th neighbor nearer, so the k-th distance
+/// among this rank's particles bounds the serial one from above (rounded up past float's
+/// rounding). With k or fewer particles in an open box the bound is infinite: this rank then
+/// receives every particle.
+double DistributedRun::LocalSmoothingLengthReach()
+{
+  const std::int64_t n = this->owned.count;
+  const bool periodic = this->request.periodic[0] || this->request.periodic[1] || this->request.periodic[2];
+  if (n == 0)
+  {
+    return 0.0;
+  }
+  if (!periodic && n <= this->request.neighborTarget)
+  {
+    return HUGE_VAL;
+  }
+  const auto began = Clock::now();
+  HostVector<double> ownedXyz;
+  Request local = this->request;
+  if (!this->owned.list.empty())
+  {
+    ownedXyz = Extended<double>(3, this->owned, {}, CoordinateOf(this->particles));
+    local.points = Points(ownedXyz.data(), n);
+  }
+  HostVector<float> bound(static_cast<std::size_t>(n));
+  local.supportRadius = bound.data();
+  local.smoothingLengthQueries = -1;
+  this->summary.prologueMilliseconds += MillisecondsSince(began);
+  AppendStages(this->report, this->engine.run(local), "local bound: ");
+  const auto reduceBegan = Clock::now();
+  const double largest = ReduceInBlocks(
+    n, 0.0,
+    [&](double& part, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i)
+      {
+        part = std::max(part, static_cast<double>(bound[static_cast<std::size_t>(i)]));
+      }
+    },
+    [](double& total, double part) { total = std::max(total, part); });
+  this->summary.prologueMilliseconds += MillisecondsSince(reduceBegan);
+  return largest * (1.0 + 1e-6);
+}
+
+/// Smoothing Length at the ghost points: a ghost point is a copy of a particle another rank (or
+/// this one) owns, at the same position; and points at one position have the same k-th nearest
+/// other point (each is the other's neighbor at distance 0). So a ghost takes the result of the
+/// owned or halo particle at its position, the halo's from their owners. Collective.
+void DistributedRun::AnswerGhostSmoothingLengths()
+{
+  std::vector<std::vector<float>> haloResults(static_cast<std::size_t>(this->summary.ranks));
+  if (this->summary.ranks > 1)
+  {
+    haloResults = ExchangeWithEveryRank(this->controller, Gathered(this->request.supportRadius, 1, this->sendIndices));
+  }
+  try
+  {
+    const std::vector<std::int64_t>& ghosts = this->owned.ghosts;
+    using Position = std::array<double, 3>;
+    struct PositionHash
+    {
+      std::size_t operator()(const Position& p) const
+      {
+        std::size_t h = 0;
+        for (double v : p)
+        {
+          h = h * 1000003u ^ std::hash<double>()(v + 0.0); // -0.0 hashes as 0.0
+        }
+        return h;
+      }
+    };
+    std::unordered_map<Position, std::vector<std::int64_t>, PositionHash> ghostsAt;
+    for (const std::int64_t g : ghosts)
+    {
+      Position x;
+      ReadPoint(this->particles, g, x.data());
+      ghostsAt[x].push_back(g);
+    }
+    auto answer = [&](const Position& x, float value) {
+      const auto found = ghostsAt.find(x);
+      if (found != ghostsAt.end())
+      {
+        for (const std::int64_t g : found->second)
+        {
+          this->request.supportRadius[g] = value;
+        }
+        ghostsAt.erase(found);
+      }
+    };
+    for (std::int64_t k = 0; k < this->owned.count && !ghostsAt.empty(); ++k)
+    {
+      Position x;
+      ReadPoint(this->particles, this->owned[k], x.data());
+      answer(x, this->request.supportRadius[this->owned[k]]);
+    }
+    for (std::size_t from = 0; from < haloResults.size() && !ghostsAt.empty(); ++from)
+    {
+      const std::vector<double>& xyz = this->halo.xyz[from];
+      for (std::size_t m = 0; m < haloResults[from].size() && !ghostsAt.empty(); ++m)
+      {
+        answer(Position{ xyz[3 * m], xyz[3 * m + 1], xyz[3 * m + 2] }, haloResults[from][m]);
+      }
+    }
+    if (!ghostsAt.empty())
+    {
+      throw Error("NeighborGrid: point " + std::to_string(ghostsAt.begin()->second[0]) +
+        " is a ghost point (vtkGhostType DUPLICATEPOINT), but no rank owns a point at its position");
+    }
+  }
+  catch (...)
+  {
+    this->failure = std::current_exception();
+  }
+  AgreeAllSucceeded(this->controller, this->failure);
 }
 
 /// The report of the whole run: this rank's prologue and exchange, the stages before the main

@@ -243,6 +243,8 @@ neighborgrid::Operation EngineOperation(int operation)
       return neighborgrid::Operation::Smoothing;
     case vtkPointNeighborhoodFilter::GRADIENT:
       return neighborgrid::Operation::Gradient;
+    case vtkPointNeighborhoodFilter::SMOOTHING_LENGTH:
+      return neighborgrid::Operation::SmoothingLength;
     case vtkPointNeighborhoodFilter::DENSITY:
     default:
       return neighborgrid::Operation::Density;
@@ -326,6 +328,7 @@ neighborgrid::Method EngineMethod(int method)
 OperationTraits::OperationTraits(int operation, int normalization)
   : Operation(EngineOperation(operation))
   , Gradient(this->Operation == neighborgrid::Operation::Gradient)
+  , SmoothingLength(this->Operation == neighborgrid::Operation::SmoothingLength)
   , UsesArrays(this->Operation == neighborgrid::Operation::Smoothing || this->Gradient)
   , UsesMass(this->Operation == neighborgrid::Operation::Density || this->Gradient ||
       (this->Operation == neighborgrid::Operation::Smoothing && normalization == vtkPointNeighborhoodFilter::SPH))
@@ -624,6 +627,11 @@ void ResultArrays::Allocate(const OperationTraits& traits, const std::vector<vtk
     this->Density = NewResultArray<vtkFloatArray>("Density", 1, count);
     request.density = this->Density->GetPointer(0);
   }
+  if (traits.SmoothingLength)
+  {
+    this->SupportRadius = NewResultArray<vtkFloatArray>("SupportRadius", 1, count);
+    request.supportRadius = this->SupportRadius->GetPointer(0);
+  }
 }
 
 void ResultArrays::AllocateValidMask(const std::string& name, vtkIdType count, neighborgrid::Request& request)
@@ -645,6 +653,10 @@ std::vector<vtkSmartPointer<vtkAbstractArray>> ResultArrays::All() const
   {
     all.push_back(this->Density);
   }
+  if (this->SupportRadius)
+  {
+    all.push_back(this->SupportRadius);
+  }
   all.insert(all.end(), this->Smoothed.begin(), this->Smoothed.end());
   if (this->ValidMask)
   {
@@ -664,6 +676,10 @@ std::vector<vtkSmartPointer<vtkAbstractArray>> ResultArrays::ForEmptyBlock(
   if (traits.UsesMass)
   {
     arrays.push_back(NewResultArray<vtkFloatArray>("Density", 1, 0));
+  }
+  if (traits.SmoothingLength)
+  {
+    arrays.push_back(NewResultArray<vtkFloatArray>("SupportRadius", 1, 0));
   }
   for (size_t i = 0; traits.UsesArrays && i < names.size(); ++i)
   {
@@ -756,6 +772,17 @@ std::string vtkPointNeighborhoodFilter::RequestBuilder::PropertiesError(
            "have. Run Point Neighborhood with Operation Gradient on the particles, then probe its "
            "'<name>_gradient' arrays with Kernel Smoothing.";
   }
+  if (traits.SmoothingLength && !atParticles)
+  {
+    return "Smoothing Length is computed at the particles only: it is the distance from a particle to "
+           "its k-th nearest other particle. Run Point Neighborhood with Operation Smoothing Length on the "
+           "particles, then select its 'SupportRadius' array as the radius array of this filter "
+           "(SmoothingLengthMode Scatter).";
+  }
+  if (traits.SmoothingLength)
+  {
+    return std::string(); // it reads no radius array
+  }
   if (!atParticles && filter->SmoothingLengthMode != SCATTER && filter->RadiusArraySelected())
   {
     return std::string("With a probe or volume the radius array gives the particles' (source) radii, "
@@ -787,6 +814,7 @@ void vtkPointNeighborhoodFilter::RequestBuilder::SetOptions()
   request.backend = EngineBackend(f->Backend);
   request.method = EngineMethod(f->Method);
   request.constantMass = f->Mass;
+  request.neighborTarget = f->NeighborTarget;
 }
 
 /// The periodic box, from the properties or the particles' field data.
@@ -816,7 +844,7 @@ bool vtkPointNeighborhoodFilter::RequestBuilder::AddSelectedArrays()
   neighborgrid::Request& request = this->EngineRequest;
   std::string& error = this->ErrorText;
   return (!this->Traits.UsesMass || this->Mass.Read(f, this->Particles, f->Mass, request, error)) &&
-    this->Radii.Read(f, this->Particles, f->Radius, request, error) &&
+    (this->Traits.SmoothingLength || this->Radii.Read(f, this->Particles, f->Radius, request, error)) &&
     (!this->Traits.UsesArrays ||
       this->Smoothed.Read(f->SmoothedArrays, this->Particles->GetPointData(), request, error));
 }
@@ -915,6 +943,11 @@ std::vector<std::string> vtkPointNeighborhoodFilter::RequestBuilder::OperationIn
   const neighborgrid::Request& request = this->EngineRequest;
   std::vector<std::string> info;
   info.push_back(std::string("operation=") + neighborgrid::toString(this->Traits.Operation));
+  if (this->Traits.SmoothingLength)
+  {
+    info.push_back("neighbor_target=" + ToText(request.neighborTarget));
+    return info;
+  }
   if (this->Traits.Operation != neighborgrid::Operation::NeighborCount)
   {
     info.push_back(std::string("kernel=") + neighborgrid::toString(request.kernel));
@@ -947,9 +980,13 @@ std::vector<std::string> vtkPointNeighborhoodFilter::RequestBuilder::RunInfo(
   {
     info.push_back(std::move(entry));
   }
+  if (this->EngineRequest.radii || this->Traits.SmoothingLength)
+  {
+    // Smoothing Length: the levels of cells its k-th neighbor search took.
+    info.push_back("radius_levels=" + ToText(report.radiusLevels));
+  }
   if (this->EngineRequest.radii)
   {
-    info.push_back("radius_levels=" + ToText(report.radiusLevels));
     info.push_back("radius_searches=" + ToText(report.radiusSearches));
   }
   if (!this->Box.Description().empty())

@@ -48,6 +48,7 @@ struct OperationTraits
   explicit OperationTraits(int operation, int normalization);
   neighborgrid::Operation Operation;
   bool Gradient;  // GRADIENT
+  bool SmoothingLength; // SMOOTHING_LENGTH: no radius, mass or kernel; writes "SupportRadius"
   bool UsesArrays; // KERNEL_SMOOTHING and GRADIENT read the arrays to smooth
   bool UsesMass;  // DENSITY, GRADIENT and SPH smoothing; these also write "Density"
 };
@@ -158,7 +159,7 @@ private:
 class ResultArrays
 {
 public:
-  /// "NeighborCount", "Density", "<name>_smoothed" or "<name>_gradient" per array to smooth, for
+  /// "NeighborCount", "Density", "SupportRadius", "<name>_smoothed" or "<name>_gradient" per array to smooth, for
   /// `count` points; their storage becomes the request's outputs.
   void Allocate(const OperationTraits& traits, const std::vector<vtkDataArray*>& smoothed,
     const std::vector<std::string>& names, vtkIdType count, neighborgrid::Request& request);
@@ -175,6 +176,7 @@ public:
 private:
   vtkSmartPointer<vtkIntArray> NeighborCount;
   vtkSmartPointer<vtkFloatArray> Density;
+  vtkSmartPointer<vtkFloatArray> SupportRadius;
   std::vector<vtkSmartPointer<vtkFloatArray>> Smoothed;
   vtkSmartPointer<vtkUnsignedCharArray> ValidMask;
 };

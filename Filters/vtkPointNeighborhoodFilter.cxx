@@ -306,7 +306,8 @@ int vtkPointNeighborhoodFilter::RequestData(
   // Inside a composite execution, messages and LastRunInfo say which block they concern.
   this->Internal->Block = this->Internal->DescribeBlock(input);
 
-  if (!this->RadiusArraySelected() && !(std::isfinite(this->Radius) && this->Radius > 0.0))
+  const bool readsRadius = this->Operation != SMOOTHING_LENGTH && !this->RadiusArraySelected();
+  if (readsRadius && !(std::isfinite(this->Radius) && this->Radius > 0.0))
   {
     return this->ReportError(output, "The radius must be a finite number > 0 (got " + ToText(this->Radius) + ").");
   }
@@ -499,6 +500,7 @@ void vtkPointNeighborhoodFilter::PrintSelf(ostream& os, vtkIndent indent)
   os << indent << "Radius: " << this->Radius << "\n";
   os << indent << "Operation: " << this->Operation << " ("
      << neighborgrid::toString(EngineOperation(this->Operation)) << ")\n";
+  os << indent << "NeighborTarget: " << this->NeighborTarget << "\n";
   os << indent << "SmoothingLengthMode: " << this->SmoothingLengthMode << " ("
      << neighborgrid::toString(EngineSmoothingLengthMode(this->SmoothingLengthMode)) << ")\n";
   os << indent << "RadiusArray: " << (this->RadiusArraySelected() ? "selected (input array 1)" : "none") << "\n";

@@ -21,6 +21,14 @@
  *   components: d/dx, d/dy, d/dz of component 0, then of component 1, ... (named "d/dx" ... for
  *   one component, "d<component>/dx" ... for several). The density rho is computed in the same
  *   run and written as "Density". Particles only: a probe or volume filter reports an error.
+ * - SmoothingLength: for every particle the distance to its k-th nearest other particle
+ *   (k = NeighborTarget, default 64), the square root of the exact double squared distance
+ *   rounded to float (float32 array "SupportRadius"): a support radius per particle, ready to be
+ *   selected as the radius array of a next Point Neighborhood (Density with SmoothingLengthMode
+ *   GATHER gives each particle about k neighbors). Other particles at the same position count;
+ *   in a periodic box every image counts (a particle's own images included). Radius, the kernel,
+ *   the mass and a radius array are not read. Particles only: a probe or volume filter reports an
+ *   error. Under MPI and with ghost points the result is the serial one.
  *
  * Per-particle support radii: a point array selected as input array 1 (RADIUS_ARRAY,
  * SetInputArrayToProcess(1, 0, 0, vtkDataObject::FIELD_ASSOCIATION_POINTS, name)) gives every
@@ -89,7 +97,8 @@ public:
     NEIGHBOR_COUNT = 0,
     DENSITY = 1,
     KERNEL_SMOOTHING = 2,
-    GRADIENT = 3
+    GRADIENT = 3,
+    SMOOTHING_LENGTH = 4
   };
   /// With a radius array: which radius decides a pair and which h the kernel takes.
   enum SmoothingLengthModeType
@@ -143,8 +152,15 @@ public:
 
   ///@{
   /// Operation, default DENSITY.
-  vtkSetClampMacro(Operation, int, NEIGHBOR_COUNT, GRADIENT);
+  vtkSetClampMacro(Operation, int, NEIGHBOR_COUNT, SMOOTHING_LENGTH);
   vtkGetMacro(Operation, int);
+  ///@}
+
+  ///@{
+  /// SMOOTHING_LENGTH: k, the neighbor whose distance becomes the point's "SupportRadius",
+  /// default 64, between 1 and 1024 (the input needs more than k points, or a periodic box).
+  vtkSetClampMacro(NeighborTarget, int, 1, 1024);
+  vtkGetMacro(NeighborTarget, int);
   ///@}
 
   ///@{
@@ -338,6 +354,7 @@ protected:
 
   double Radius = 1.0;
   int Operation = DENSITY;
+  int NeighborTarget = 64;
   int SmoothingLengthMode = GATHER;
   int Kernel = CUBIC_SPLINE;
   int Dimension = 3;

@@ -297,7 +297,7 @@ int kthNeighborDistancesOnHost(const Points& points, std::int64_t queries, int k
         const std::int32_t i = mine[static_cast<std::size_t>(q)];
         if (searchLevel(*grid, input, offsets, i, k, level == highest, heap))
         {
-          out[i] = static_cast<float>(std::sqrt(heap.front()));
+          out[i] = supportRadiusOf(heap.front());
         }
         else
         {

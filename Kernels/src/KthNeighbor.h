@@ -24,6 +24,20 @@ namespace neighborgrid
 namespace detail
 {
 
+/// The support radius of a k-th squared distance s: its square root rounded up to float, the
+/// smallest float R with R * R >= s. The square of a float is exact in double, so withinRadius
+/// (d2 <= R * R) then takes the k-th neighbor, and a Gather search with these radii gives every
+/// point at least k neighbors. Overflow to +inf stays +inf.
+NG_HD float supportRadiusOf(double squared)
+{
+  float radius = float(sqrt(squared));
+  if (double(radius) * double(radius) < squared)
+  {
+    radius = nextafterf(radius, INFINITY); // the nearest float lay below: one step up suffices
+  }
+  return radius;
+}
+
 /// Cells visited each way around a query's own cell within one level.
 constexpr int kthReach = 3;
 constexpr int kthOffsetCount = (2 * kthReach + 1) * (2 * kthReach + 1) * (2 * kthReach + 1);

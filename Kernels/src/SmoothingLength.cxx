@@ -41,7 +41,8 @@ void mergeRun(Report& into, const Report& from, const std::string& prefix)
 /// distance from above; then again for the points whose bound reaches past a face of the box,
 /// over the particles and their images within the largest such bound, those points put first as
 /// the queries.
-Report runPeriodicSmoothingLength(const Request& r, int threads, const KthRun& run, PeriodicScratch& scratch)
+Report runPeriodicSmoothingLength(
+  const Request& r, std::int64_t queries, int threads, const KthRun& run, PeriodicScratch& scratch)
 {
   const std::int64_t n = r.points.count;
   const int k = r.neighborTarget;
@@ -66,8 +67,8 @@ Report runPeriodicSmoothingLength(const Request& r, int threads, const KthRun& r
   {
     first.periodic[a] = false;
   }
-  std::vector<float> bound(static_cast<std::size_t>(n));
-  mergeRun(report, run(first, n, k, bound.data()), "bound: ");
+  std::vector<float> bound(static_cast<std::size_t>(queries));
+  mergeRun(report, run(first, queries, k, bound.data()), "bound: ");
 
   // The points whose bound reaches past a periodic face further than the images made so far, and
   // the largest such bound (per slice, on every thread).
@@ -76,7 +77,7 @@ Report runPeriodicSmoothingLength(const Request& r, int threads, const KthRun& r
   const int slices = std::max(1, threads);
   std::vector<std::vector<std::int64_t>> nearPerSlice(static_cast<std::size_t>(slices));
   std::vector<double> reachPerSlice(static_cast<std::size_t>(slices), firstRadius);
-  parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
+  parallelSlices(slices, queries, [&](int slice, std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i)
     {
       const double u = double(bound[i]) * (1.0 + 1e-6);
@@ -114,14 +115,14 @@ Report runPeriodicSmoothingLength(const Request& r, int threads, const KthRun& r
   const Timer imaging;
   total = wrappedWithImages(r, reach, threads, scratch);
   // The wrapped particles reordered, those near the faces first (the queries), then their images.
-  const std::int64_t queries = static_cast<std::int64_t>(near.size());
+  const std::int64_t nearCount = static_cast<std::int64_t>(near.size());
   std::vector<char> isNear(static_cast<std::size_t>(n), 0);
   for (std::int64_t i : near)
   {
     isNear[static_cast<std::size_t>(i)] = 1;
   }
   std::vector<double> points(static_cast<std::size_t>(3 * total));
-  std::int64_t next = queries;
+  std::int64_t next = nearCount;
   for (std::int64_t i = 0, q = 0; i < n; ++i)
   {
     const std::int64_t to = isNear[static_cast<std::size_t>(i)] ? q++ : next++;
@@ -131,9 +132,9 @@ Report runPeriodicSmoothingLength(const Request& r, int threads, const KthRun& r
   addStage(report, "periodic images", selectMs + imaging.milliseconds());
   Request second = first;
   second.points = Points(points.data(), total);
-  std::vector<float> exact(static_cast<std::size_t>(queries));
-  mergeRun(report, run(second, queries, k, exact.data()), "near the faces: ");
-  for (std::int64_t q = 0; q < queries; ++q)
+  std::vector<float> exact(static_cast<std::size_t>(nearCount));
+  mergeRun(report, run(second, nearCount, k, exact.data()), "near the faces: ");
+  for (std::int64_t q = 0; q < nearCount; ++q)
   {
     r.supportRadius[near[q]] = exact[q];
   }
@@ -184,6 +185,11 @@ void validateSmoothingLength(const Request& r)
       << " points in all; lower the neighbor target";
     failSmoothingLength(s.str());
   }
+  if (r.smoothingLengthQueries < -1 || r.smoothingLengthQueries > r.points.count)
+  {
+    failSmoothingLength("smoothingLengthQueries must be -1 (every point) or in [0, " +
+      std::to_string(r.points.count) + "], the number of points (got " + std::to_string(r.smoothingLengthQueries) + ")");
+  }
   if (r.points.count > maxPointsPerRun)
   {
     failSmoothingLength("more than 2^31 - 2 points do not run in slabs yet; this input has " +
@@ -193,11 +199,16 @@ void validateSmoothingLength(const Request& r)
 
 Report runSmoothingLength(const Request& r, int threads, const KthRun& run, PeriodicScratch& scratch)
 {
+  const std::int64_t queries = r.smoothingLengthQueries < 0 ? r.points.count : r.smoothingLengthQueries;
+  if (queries == 0)
+  {
+    return Report();
+  }
   if (r.periodic[0] || r.periodic[1] || r.periodic[2])
   {
-    return runPeriodicSmoothingLength(r, threads, run, scratch);
+    return runPeriodicSmoothingLength(r, queries, threads, run, scratch);
   }
-  return run(r, r.points.count, r.neighborTarget, r.supportRadius);
+  return run(r, queries, r.neighborTarget, r.supportRadius);
 }
 
 } // namespace detail

@@ -1,5 +1,5 @@
 // Smoothing Length (Operation::SmoothingLength): the distance to each point's k-th nearest other
-// point, bit for bit against a double brute force (float rounding of its square root only), on
+// point, bit for bit against a double brute force (its square root rounded up to float), on
 // open and periodic clouds that stress the search's levels: clusters next to empty space, lattices
 // full of equal distances, duplicates, outliers.
 #include "Clouds.h"
@@ -23,11 +23,26 @@ double exactSquared(const double* a, const double* b)
   return (dx * dx + dy * dy) + dz * dz;
 }
 
+/// The smallest float whose square is at least `squared` (a float's square is exact in double).
+float roundedUpRoot(double squared)
+{
+  float r = static_cast<float>(std::sqrt(squared));
+  while (double(r) * double(r) < squared)
+  {
+    r = std::nextafter(r, HUGE_VALF);
+  }
+  while (r > 0.0f && double(std::nextafter(r, 0.0f)) * double(std::nextafter(r, 0.0f)) >= squared)
+  {
+    r = std::nextafter(r, 0.0f);
+  }
+  return r;
+}
+
 /// The k-th smallest of the squared distances, rounded as the engine returns it.
 float kthOf(std::vector<double>& squared, int k)
 {
   std::nth_element(squared.begin(), squared.begin() + (k - 1), squared.end());
-  return static_cast<float>(std::sqrt(squared[k - 1]));
+  return roundedUpRoot(squared[k - 1]);
 }
 
 std::vector<float> bruteForce(const std::vector<double>& xyz, int k)
@@ -95,7 +110,7 @@ std::vector<float> periodicBruteForce(const std::vector<double>& xyz, int k, con
       // Images beyond this shell lie at least shell * L away along some axis.
       if (std::sqrt(squared[k - 1]) < double(shell) * shortest * 0.999)
       {
-        out[i] = static_cast<float>(std::sqrt(squared[k - 1]));
+        out[i] = roundedUpRoot(squared[k - 1]);
         break;
       }
     }
@@ -276,6 +291,55 @@ TEST(SmoothingLength, PeriodicBoxes)
   }
 }
 
+// A distributed run puts a rank's own points first and asks for their results only; the points
+// after them stay neighbors. Open and periodic, the first q results must be those of the full run.
+TEST(SmoothingLength, ResultsForTheFirstPointsOnly)
+{
+  // The clustered cloud moved into the positive octant, the box just around it.
+  std::vector<double> xyz = ngtest::makeCloud("clustered", 3000, 1.0, 23, false).xyz;
+  double L[3];
+  for (int a = 0; a < 3; ++a)
+  {
+    double lo = xyz[a], hi = xyz[a];
+    for (std::size_t i = a; i < xyz.size(); i += 3)
+    {
+      lo = std::min(lo, xyz[i]), hi = std::max(hi, xyz[i]);
+    }
+    for (std::size_t i = a; i < xyz.size(); i += 3)
+    {
+      xyz[i] -= lo;
+    }
+    L[a] = hi - lo + 1e-3;
+  }
+  const Cloud c = fromCoordinates("clustered in a box", xyz, false);
+  const std::vector<float> full = bruteForce(c.xyz, 24);
+  const bool periodic[3] = { true, true, true };
+  const std::vector<float> fullPeriodic = periodicBruteForce(c.xyz, 24, periodic, L);
+  for (const std::int64_t q : { std::int64_t(0), std::int64_t(1), std::int64_t(777), c.size() })
+  {
+    for (const bool inBox : { false, true })
+    {
+      std::vector<float> out;
+      Request r = smoothingLengthRequest(c, 24, out);
+      out.assign(static_cast<std::size_t>(q) + 1, -7.0f); // one sentinel past the queries
+      r.supportRadius = out.data();
+      r.smoothingLengthQueries = q;
+      for (int a = 0; a < 3 && inBox; ++a)
+      {
+        r.periodic[a] = true;
+        r.boxLengths[a] = L[a];
+      }
+      Engine engine;
+      engine.run(r);
+      const std::vector<float>& want = inBox ? fullPeriodic : full;
+      const std::string what = std::string(inBox ? "periodic" : "open") + ", first " + std::to_string(q);
+      expectExact(std::vector<float>(out.begin(), out.begin() + q), std::vector<float>(want.begin(), want.begin() + q),
+        what);
+      EXPECT_EQ(out[static_cast<std::size_t>(q)], -7.0f) << what << ": a point past the queries was written";
+    }
+  }
+}
+
 TEST(SmoothingLength, BadRequestsAreClearErrorsAndLeaveTheOutput)
 {
   const Cloud c = ngtest::makeCloud("uniform", 100, 1.0, 5, true);
@@ -306,6 +370,11 @@ TEST(SmoothingLength, BadRequestsAreClearErrorsAndLeaveTheOutput)
   r.neighborTarget = 100;
   expectError(r, "k = 100 other points");
   r.neighborTarget = 8;
+  r.smoothingLengthQueries = c.size() + 1;
+  expectError(r, "smoothingLengthQueries");
+  r.smoothingLengthQueries = -2;
+  expectError(r, "smoothingLengthQueries");
+  r.smoothingLengthQueries = -1;
   r.method = Method::FENNS;
   expectError(r, "leave the method at Auto");
   r.method = Method::Auto;
@@ -331,7 +400,7 @@ TEST(SmoothingLength, BadRequestsAreClearErrorsAndLeaveTheOutput)
 TEST(SmoothingLength, FeedsPerParticleRadii)
 {
   // The workflow it exists for: Smoothing Length, then density with those radii (Gather): every
-  // point then has k neighbors or more (more where distances tie; the float radius may round up).
+  // point then has k neighbors or more (more where distances tie): the radius is rounded up.
   const Cloud c = ngtest::makeCloud("clustered", 3000, 10.0, 77, true);
   std::vector<float> radius;
   Engine engine;
@@ -347,7 +416,7 @@ TEST(SmoothingLength, FeedsPerParticleRadii)
   std::int64_t fewer = 0;
   for (std::int32_t n : count)
   {
-    fewer += n < 15 ? 1 : 0; // k - 1 where the float radius rounded below the exact distance
+    fewer += n < 16 ? 1 : 0;
   }
   EXPECT_EQ(fewer, 0);
 }

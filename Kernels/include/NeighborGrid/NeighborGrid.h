@@ -182,6 +182,10 @@ struct Request
   // Smoothing Length: k, the neighbor whose distance is the point's support radius, in
   // [1, maxNeighborTarget]. Other points at the same position count, as in the neighbor count.
   int neighborTarget = 64;
+  // Smoothing Length, optional: results for the first smoothingLengthQueries points only
+  // (supportRadius then holds that many values); the points after them are neighbors only, as a
+  // halo is. -1 (default): every point. A distributed run puts a rank's own points first.
+  std::int64_t smoothingLengthQueries = -1;
 
   Backend backend = Backend::Auto;
   Method method = Method::Auto; // Smoothing Length: Auto (its own grid search per backend)
@@ -194,9 +198,11 @@ struct Request
   // the Shepard weights sum to 0: every neighbor exactly at the kernel's cutoff).
   std::uint8_t* valid = nullptr;
   float nullValue = 0.0f;
-  // Required for Smoothing Length: per point the distance to its k-th nearest other point,
-  // sqrt of the exact double squared distance (withinRadius()'s formula) rounded to float; with a
-  // periodic box, over every image (a point's own images included).
+  // Required for Smoothing Length: per point the distance to its k-th nearest other point, the
+  // square root of the exact double squared distance s (withinRadius()'s formula) rounded up to
+  // float (the smallest float R with R * R >= s, so withinRadius takes the k-th neighbor and these
+  // radii, as Request::radii with Gather, give every point at least k neighbors); with a periodic
+  // box, over every image (a point's own images included).
   float* supportRadius = nullptr;
 
   // Periodic box, per axis: along an axis with periodic[a], the box is [boxOrigin[a],

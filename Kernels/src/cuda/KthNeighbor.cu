@@ -228,7 +228,7 @@ __global__ void kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ bas
     below += ties;
     if (below >= k)
     {
-      out[qi] = float(sqrt(best));
+      out[qi] = supportRadiusOf(best);
       if (stats)
       {
         atomicAdd(stats, static_cast<unsigned long long>(candidates));
