@@ -220,10 +220,6 @@ void validate(const Request& r)
                        "mode (a pair within R_j, W(r, h_j)): a query has no radius of its own for ") +
         toString(r.smoothingLengthMode));
     }
-    if (detail::isPeriodic(r))
-    {
-      fail("per-particle radii (Request::radii) do not apply to periodic boxes yet");
-    }
   }
   else if (!(std::isfinite(r.radius) && r.radius > 0.0))
   {
@@ -260,10 +256,6 @@ void validate(const Request& r)
   {
     fail("Gradient is computed at the particles (grad f_i takes f_i), not at a separate source's queries or a "
          "query grid");
-  }
-  if (r.operation == Operation::Gradient && detail::isPeriodic(r))
-  {
-    fail("Gradient does not apply to periodic boxes yet");
   }
   if (r.particleVolumes && r.density)
   {
@@ -807,9 +799,16 @@ Report Engine::run(const Request& given)
   if (detail::usesRadiusLayer(request))
   {
     impl_->checkInputs(request);
-    return detail::runWithRadii(request, impl_->threads, [this](const Request& search, const detail::RadiusPass& pass) {
-      return impl_->runOnce(search, &pass);
-    });
+    const detail::OpenRun radiusRun = [this](const Request& open) {
+      return detail::runWithRadii(open, impl_->threads, [this](const Request& search, const detail::RadiusPass& pass) {
+        return impl_->runOnce(search, &pass);
+      });
+    };
+    if (detail::isPeriodic(request))
+    {
+      return detail::runPeriodicWithRadii(request, impl_->threads, radiusRun, impl_->periodicScratch);
+    }
+    return radiusRun(request);
   }
   if (detail::isPeriodic(request))
   {

@@ -1,6 +1,7 @@
 #include "Periodic.h"
 
 #include "PairTest.h"
+#include "Radii.h"
 #include "PeriodicRanges.h"
 #include "Parallel.h"
 #include "Slabs.h"
@@ -192,11 +193,16 @@ Request openRequest(const Request& r, const ImageSource& source)
 /// Masses, particle volumes and arrays to smooth extended to the images, and installed in `d`.
 struct ExtendedInputs
 {
-  std::vector<float> masses, volumes;
+  std::vector<float> masses, volumes, radii;
   std::vector<std::vector<float>> values;
 
   ExtendedInputs(Request& d, const ImageSource& source)
   {
+    if (d.radii)
+    {
+      radii = extended(d.radii, 1, source);
+      d.radii = radii.data();
+    }
     if (d.mass)
     {
       masses = extended(d.mass, 1, source);
@@ -267,15 +273,21 @@ Report runParticlesWithImages(const Request& r, const ImageSource& source, const
     density.resize(total);
     d.density = density.data();
   }
+  // The gradient writes 3 values per component (d/dx, d/dy, d/dz).
+  const int perComponent = r.operation == Operation::Gradient ? 3 : 1;
   outputs.reserve(d.smoothed.size());
   for (SmoothedArray& array : d.smoothed)
   {
-    outputs.emplace_back(total * static_cast<std::size_t>(array.components));
+    outputs.emplace_back(total * static_cast<std::size_t>(array.components * perComponent));
     array.output = outputs.back().data();
   }
 
+  // SPH smoothing and the gradient weigh by m_j / rho_j: an image takes its particle's rho (near
+  // the outer edge of the images its own neighborhood is cut off).
   std::vector<float> weights;
-  if (r.operation == Operation::Smoothing && r.normalization == Normalization::SPH && !r.particleVolumes)
+  const bool weighs = r.operation == Operation::Gradient ||
+    (r.operation == Operation::Smoothing && r.normalization == Normalization::SPH);
+  if (weighs && !r.particleVolumes)
   {
     Request densityRun = d;
     densityRun.operation = Operation::Density;
@@ -308,7 +320,8 @@ Report runParticlesWithImages(const Request& r, const ImageSource& source, const
   }
   for (std::size_t a = 0; a < outputs.size(); ++a)
   {
-    std::copy(outputs[a].begin(), outputs[a].begin() + n * r.smoothed[a].components, r.smoothed[a].output);
+    std::copy(outputs[a].begin(), outputs[a].begin() + n * r.smoothed[a].components * perComponent,
+      r.smoothed[a].output);
   }
   return merged;
 }
@@ -419,10 +432,20 @@ std::int64_t wrappedWithImages(const Request& r, double radius, int threads, Per
   return withImages(atRadius, r.points, lo, hi, threads, scratch.source, scratch.original).total();
 }
 
+Report runPeriodicWithRadii(const Request& r, int threads, const OpenRun& radiusRun, PeriodicScratch& scratch)
+{
+  Request imaging = r;
+  imaging.radius = largestRadiusOf(r, threads); // the images every pair within a radius needs
+  return runPeriodic(imaging, threads, radiusRun, scratch);
+}
+
 Report runPeriodic(const Request& r, int threads, const OpenRun& openRun, PeriodicScratch& scratch)
 {
   const bool separate = hasSeparateSource(r);
-  if (!separate && expectedImagesPerParticle(r) > imagesPerParticleForQueries)
+  // As queries over the images a particle has neither its own radius (Gather, Symmetric) nor its
+  // own value (the gradient's f_i): the radius layer runs on particles and images together.
+  const bool radiusLayer = r.radii || r.operation == Operation::Gradient;
+  if (!separate && !radiusLayer && expectedImagesPerParticle(r) > imagesPerParticleForQueries)
   {
     return runParticlesAsQueries(r, threads, openRun, scratch);
   }

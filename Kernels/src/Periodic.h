@@ -56,6 +56,12 @@ struct PeriodicScratch
 /// `radius` of the box, into scratch.source (x, y, z in double); returns how many points in all.
 std::int64_t wrappedWithImages(const Request& r, double radius, int threads, PeriodicScratch& scratch);
 
+/// A periodic request of the radius layer (per-particle radii, the gradient) through `radiusRun`
+/// (the layer on an open box): images within the largest radius, carrying their radii, masses
+/// and values; the particles' own results from one run over particles and images, the weights
+/// m_j / rho_j of the gradient and SPH smoothing from the particles' periodic density.
+Report runPeriodicWithRadii(const Request& request, int threads, const OpenRun& radiusRun, PeriodicScratch& scratch);
+
 /// Runs a validated periodic request through `openRun`, on `threads` host threads for the images.
 Report runPeriodic(const Request& request, int threads, const OpenRun& openRun, PeriodicScratch& scratch);
 

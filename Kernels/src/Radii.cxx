@@ -599,6 +599,41 @@ private:
 
 } // namespace
 
+double largestRadiusOf(const Request& r, int threads)
+{
+  if (!r.radii)
+  {
+    return r.radius;
+  }
+  const std::int64_t n = hasSeparateSource(r) ? r.source.count : r.points.count;
+  const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n / 65536)));
+  std::vector<std::int64_t> firstBad(slices, -1);
+  std::vector<float> largest(slices, 0.0f);
+  parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i)
+    {
+      const float radius = r.radii[i];
+      if (!(std::isfinite(radius) && radius >= 1e-150 && radius <= 1e150 && radius > 0.0f))
+      {
+        firstBad[slice] = i;
+        return;
+      }
+      largest[slice] = std::max(largest[slice], radius);
+    }
+  });
+  for (std::int64_t i : firstBad)
+  {
+    if (i >= 0)
+    {
+      std::ostringstream s;
+      s << "NeighborGrid: the radius of " << (hasSeparateSource(r) ? "source point " : "point ") << i << " is "
+        << r.radii[i] << "; every radius must be finite and > 0";
+      throw Error(s.str());
+    }
+  }
+  return *std::max_element(largest.begin(), largest.end());
+}
+
 Report runWithRadii(const Request& request, int threads, const RadiusSearch& search)
 {
   return RadiusRun(request, threads, search).run();

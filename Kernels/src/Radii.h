@@ -39,6 +39,10 @@ inline bool usesRadiusLayer(const Request& r)
 /// the largest the search needs, its masses the particle weights w_j; the pass says what to sum.
 using RadiusSearch = std::function<Report(const Request&, const RadiusPass&)>;
 
+/// The largest of the request's radii (Request::radius without radii); an Error naming the first
+/// radius that is not finite and in [1e-150, 1e150].
+double largestRadiusOf(const Request& request, int threads);
+
 /// Runs a validated request with usesRadiusLayer (masses and query points already checked).
 Report runWithRadii(const Request& request, int threads, const RadiusSearch& search);
 

@@ -2314,14 +2314,21 @@ struct RadiiReference
   std::vector<std::int64_t> start;
   std::vector<std::int32_t> index;
 
+  /// `ownQueries` >= 0: the queries are the first ownQueries particles only (the others are
+  /// neighbors only, as periodic images are).
   RadiiReference(const Cloud& cloud, const std::vector<float>& r, SmoothingLengthMode md,
-    const std::vector<double>* separate = nullptr)
+    const std::vector<double>* separate = nullptr, std::int64_t ownQueries = -1)
     : c(cloud), radii(r), mode(md)
   {
     queries = separate ? *separate : c.xyz;
     if (!separate)
     {
       queryRadii = radii;
+    }
+    if (!separate && ownQueries >= 0)
+    {
+      queries.resize(static_cast<std::size_t>(3 * ownQueries));
+      queryRadii.resize(static_cast<std::size_t>(ownQueries));
     }
     m = std::int64_t(queries.size() / 3);
     start.assign(m + 1, 0);
@@ -2517,6 +2524,206 @@ std::vector<double> asDouble(const std::vector<std::int32_t>& v)
 }
 
 } // namespace
+
+namespace
+{
+
+/// A cloud in the periodic box [0, L)^3 and the same cloud with every image in the 26 boxes
+/// around it appended (index n + 26 i + s is an image of point i), with masses, values and radii:
+/// an open box in which the first n points see what they see in the periodic one, as long as every
+/// radius is below L / 2 (so that 2 radii, the reach of a neighbor's own neighbors, stay within
+/// the shell of images).
+struct UnrolledBox
+{
+  Cloud particles, unrolled;
+  std::vector<float> radii, unrolledRadii;
+  std::vector<std::int64_t> original; // per point of `unrolled`
+};
+
+UnrolledBox unrolledBox(std::int64_t n, double L, std::uint64_t seed)
+{
+  UnrolledBox b;
+  std::mt19937_64 rng(seed);
+  Cloud& c = b.particles;
+  c.name = "periodic radii";
+  c.asFloat = true;
+  c.xyz.resize(3 * n);
+  std::uniform_real_distribution<double> u(0.0, L);
+  std::normal_distribution<double> g(0.0, 0.04 * L);
+  const double centers[2][3] = { { 0.05 * L, 0.5 * L, 0.97 * L }, { 0.6 * L, 0.3 * L, 0.5 * L } }; // one on faces
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    const int kind = static_cast<int>(i % 3); // 0, 1: a cluster, 2: background
+    for (int a = 0; a < 3; ++a)
+    {
+      const double x = kind < 2 ? centers[kind][a] + g(rng) : u(rng);
+      c.xyz[3 * i + a] = x - L * std::floor(x / L);
+    }
+  }
+  ngtest::finishCloud(c, rng);
+  for (double& x : c.xyz)
+  {
+    x = std::min(x, std::nextafter(L, 0.0)); // float rounding may land on L
+  }
+  c.xyzFloat.assign(c.xyz.begin(), c.xyz.end());
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    const double t = unit(rng);
+    b.radii.push_back(static_cast<float>(L * (0.03 + 0.4 * t * t * t))); // up to 0.43 L: < L / 2
+  }
+  Cloud& e = b.unrolled;
+  e = c;
+  b.unrolledRadii = b.radii;
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    b.original.push_back(i);
+  }
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    for (int s = 0; s < 27; ++s)
+    {
+      const int m[3] = { s % 3 - 1, (s / 3) % 3 - 1, s / 9 - 1 };
+      if (m[0] == 0 && m[1] == 0 && m[2] == 0)
+      {
+        continue;
+      }
+      for (int a = 0; a < 3; ++a)
+      {
+        e.xyz.push_back(m[a] == 0 ? c.xyz[3 * i + a] : c.xyz[3 * i + a] + double(m[a]) * L); // the engine's image
+      }
+      e.mass.push_back(c.mass[i]);
+      e.scalar.push_back(c.scalar[i]);
+      for (int a = 0; a < 3; ++a)
+      {
+        e.vector3.push_back(c.vector3[3 * i + a]);
+      }
+      b.unrolledRadii.push_back(b.radii[i]);
+      b.original.push_back(i);
+    }
+  }
+  e.asFloat = false; // images in double, as the engine makes them
+  return b;
+}
+
+template <class T>
+std::vector<T> firstOf(const std::vector<T>& v, std::int64_t count)
+{
+  return std::vector<T>(v.begin(), v.begin() + count);
+}
+
+} // namespace
+
+// Per-particle radii in a periodic box: every mode, count, density, SPH smoothing and the gradient
+// against the double brute force over the particles and their images (RadiiReference on the
+// unrolled box); the SPH weights of images are their particle's (its periodic density).
+TEST(EngineRadiiPeriodic, EveryModeMatchesDoubleBruteForceOverImages)
+{
+  constexpr double L = 10.0;
+  const UnrolledBox b = unrolledBox(700, L, 2311);
+  const Cloud& c = b.particles;
+  const std::int64_t n = c.size();
+  Engine engine;
+  for (SmoothingLengthMode mode : { SmoothingLengthMode::Gather, SmoothingLengthMode::Scatter, SmoothingLengthMode::Symmetric })
+  {
+    SCOPED_TRACE(toString(mode));
+    const RadiiReference ref(b.unrolled, b.unrolledRadii, mode, nullptr, n);
+    std::vector<double> rhoScale;
+    const std::vector<double> rho = ref.density(Kernel::WendlandC2, &rhoScale);
+    std::vector<double> volumes(b.original.size());
+    for (std::size_t j = 0; j < volumes.size(); ++j)
+    {
+      volumes[j] = c.mass[b.original[j]] / rho[b.original[j]];
+    }
+    Request r = baseRequest(c, 0.0, Method::Auto);
+    r.radii = b.radii.data();
+    r.smoothingLengthMode = mode;
+    r.kernel = Kernel::WendlandC2;
+    r.mass = c.mass.data();
+    for (int a = 0; a < 3; ++a)
+    {
+      r.periodic[a] = true;
+      r.boxLengths[a] = L;
+    }
+    r.operation = Operation::NeighborCount;
+    std::vector<std::int32_t> count(n, -1);
+    r.neighborCount = count.data();
+    const Report report = engine.run(r);
+    EXPECT_EQ(asDouble(count), ref.counts());
+    EXPECT_GT(report.periodicImages, 0);
+    r.neighborCount = nullptr;
+
+    r.operation = Operation::Density;
+    std::vector<float> density(n, -1.0f);
+    r.density = density.data();
+    engine.run(r);
+    expectClose(density, rho, "density", &rhoScale);
+
+    std::vector<double> sphScale, gradientScale;
+    const std::vector<double> sph = ref.smooth(Kernel::WendlandC2, b.unrolled.scalar, 1, volumes, &sphScale);
+    r.operation = Operation::Smoothing;
+    r.normalization = Normalization::SPH;
+    std::vector<float> sphOut(n, -1.0f);
+    r.smoothed = { SmoothedArray{ c.scalar.data(), 1, sphOut.data(), "scalar" } };
+    engine.run(r);
+    expectClose(sphOut, sph, "SPH smoothing", &sphScale);
+
+    const std::vector<double> gradient =
+      ref.gradient(Kernel::WendlandC2, b.unrolled.vector3, 3, volumes, &gradientScale);
+    r.operation = Operation::Gradient;
+    std::vector<float> grad(9 * n, -1.0f);
+    std::fill(density.begin(), density.end(), -1.0f);
+    r.smoothed = { SmoothedArray{ c.vector3.data(), 3, grad.data(), "vector" } };
+    engine.run(r);
+    expectClose(grad, gradient, "gradient of a vector", &gradientScale);
+    expectClose(density, rho, "density of the gradient", &rhoScale);
+  }
+}
+
+// A probe in a periodic box with the particles' radii (Scatter, as the volume filter runs it):
+// grid points near the faces see the images of particles across them.
+TEST(EngineRadiiPeriodic, ProbeGridSeesImagesOfTheParticles)
+{
+  constexpr double L = 10.0;
+  const UnrolledBox b = unrolledBox(500, L, 2312);
+  const Cloud& c = b.particles;
+  Request r = baseRequest(c, 0.0, Method::Auto);
+  r.source = c.points();
+  r.queryGrid.origin[0] = r.queryGrid.origin[1] = r.queryGrid.origin[2] = 0.0;
+  r.queryGrid.spacing[0] = r.queryGrid.spacing[1] = r.queryGrid.spacing[2] = L / 12.0;
+  r.queryGrid.dimensions[0] = r.queryGrid.dimensions[1] = r.queryGrid.dimensions[2] = 13; // both faces
+  const std::int64_t m = r.queryGrid.count();
+  std::vector<double> grid;
+  for (std::int64_t q = 0; q < m; ++q)
+  {
+    const std::int64_t ijk[3] = { q % 13, (q / 13) % 13, q / 169 };
+    for (int a = 0; a < 3; ++a)
+    {
+      grid.push_back(0.0 + double(ijk[a]) * (L / 12.0)); // origin + i * spacing, each rounded
+    }
+  }
+  r.points = Points();
+  r.radii = b.radii.data();
+  r.smoothingLengthMode = SmoothingLengthMode::Scatter;
+  r.mass = c.mass.data();
+  r.operation = Operation::Density;
+  for (int a = 0; a < 3; ++a)
+  {
+    r.periodic[a] = true;
+    r.boxLengths[a] = L;
+  }
+  std::vector<float> density(m, -1.0f);
+  r.density = density.data();
+  Engine engine;
+  engine.run(r);
+  const RadiiReference ref(b.unrolled, b.unrolledRadii, SmoothingLengthMode::Scatter, &grid);
+  std::vector<double> scale;
+  const std::vector<double> want = ref.density(Kernel::CubicSpline, &scale);
+  expectClose(density, want, "density on the grid", &scale);
+  // The grid's faces are one periodic plane: equal values on opposite faces.
+  EXPECT_NEAR(density[0], density[12], 1e-5 * density[0]) << "x = 0 and x = L are the same plane";
+  EXPECT_GT(density[0], 0.0f) << "the corner sees particles across the faces";
+}
 
 TEST(EngineRadii, EveryModeOperationAndKernelMatchesDoubleBruteForce)
 {
@@ -2856,7 +3063,12 @@ TEST(EngineRadii, BadRadiiAndModesAreClearErrorsAndLeaveOutputsUntouched)
   r.radii = radii.data();
   r.periodic[0] = true;
   r.boxLengths[0] = 10.0;
-  expectError("periodic");
+  // In a periodic box (radii and boxes compose) a bad radius is named before any image is made.
+  for (float bad : { std::numeric_limits<float>::infinity(), 0.0f })
+  {
+    radii[321] = bad;
+    expectError("the radius of point 321 is");
+  }
 }
 
 int main(int argc, char** argv)

@@ -10,7 +10,9 @@ positive 3-vector) is spread over the N ranks by a ProgrammableSource, four ways
                 vtkGhostType DUPLICATEPOINT (they must get their owner's results)
   empty         the last rank gets no points
 Then: Neighbor Count, Density (mass array, Wendland C2), Shepard smoothing of the 3-vector, SPH
-smoothing of the scalar (and its Density), periodic Density, and a probe of 3,000 points spread
+smoothing of the scalar (and its Density), periodic Density, Smoothing Length (k = 40, open and
+periodic: exact against a numpy brute force, identical over the ranks, ghost points carrying
+their owner's value), and a probe of 3,000 points spread
 over the ranks the same way (Density, SPH smoothing, the valid mask). Results are fetched to rank 0
 and matched by point id. Per-particle radii (Symmetric counts, Scatter density, Gather gradient of
 a scalar and a 3-vector, a probe and a volume with radii) and the gradient with the fixed radius
@@ -38,6 +40,7 @@ ranks = vtkProcessModule.GetProcessModule().GetNumberOfLocalPartitions()
 print("ranks: %d" % ranks)
 
 N, QUERIES, BOX, RADIUS = 12000, 3000, 30.0, 2.2
+SMOOTHING_K = 40
 
 SOURCE_SCRIPT = r"""
 import numpy as np
@@ -182,6 +185,13 @@ def case_results(mode):
     run("sph", sph, ["s_smoothed", "Density"])
     periodic = neighborhood(Operation="Density", Periodic=[1, 1, 1], BoxLengths=[BOX, BOX, BOX])
     run("periodic", periodic, ["Density"])
+    # Smoothing Length: each rank bounds the halo by its own points' k-th distance; ghost points
+    # take the result of the particle at their position.
+    run("smoothing length", neighborhood(Operation="Smoothing Length", NeighborTarget=SMOOTHING_K),
+        ["SupportRadius"])
+    run("periodic smoothing length", neighborhood(Operation="Smoothing Length", NeighborTarget=SMOOTHING_K,
+                                                  Periodic=[1, 1, 1], BoxLengths=[BOX, BOX, BOX]),
+        ["SupportRadius"])
     probe = PointNeighborhoodProbe(  # noqa: F821
         Input=particles, Source=probe_points, Radius=RADIUS,
                                           Backend="CPU", Operation="Kernel Smoothing",
@@ -288,6 +298,25 @@ if ranks == 1:
         hi[start:start + 500] = np.count_nonzero(d2 <= (RADIUS * (1 + 1e-6)) ** 2, axis=1)
     T.check(np.all((counts >= lo) & (counts <= hi)),
             "serial counts match a brute force in double (mean %.1f neighbors)" % counts.mean())
+    # Smoothing Length against the k-th smallest squared distance in double, its square root
+    # rounded up to float (the smallest float whose square reaches it; a float's square is exact).
+    for label, periodic in (("smoothing length", False), ("periodic smoothing length", True)):
+        _, support, _, _ = ordered(results["random"][label], "SupportRadius")
+        expected = np.empty(N, dtype=np.float32)
+        for start in range(0, N, 500):
+            d = xyz[start:start + 500, None, :] - xyz[None, :, :]
+            if periodic:  # the k-th lies far below BOX / 2: the nearest image is the only one
+                d = xyz[start:start + 500, None, :] - (xyz[None, :, :] + BOX * np.round(d / BOX))
+            d2 = (d[..., 0] * d[..., 0] + d[..., 1] * d[..., 1]) + d[..., 2] * d[..., 2]
+            d2[np.arange(d2.shape[0]), np.arange(start, start + d2.shape[0])] = np.inf
+            kth = np.partition(d2, SMOOTHING_K - 1, axis=1)[:, SMOOTHING_K - 1]
+            r = np.sqrt(kth).astype(np.float32)
+            r = np.where(r.astype(np.float64) ** 2 < kth, np.nextafter(r, np.float32(np.inf)), r)
+            expected[start:start + 500] = r
+        T.check(float(expected.max()) < BOX / 2, "%s: the reference's k-th distances lie below half the box" % label)
+        T.check(np.array_equal(support, expected),
+                "serial %s matches a brute force in double, bit for bit (%d differ; mean %.3f)" % (
+                    label, int(np.count_nonzero(support != expected)), float(expected.mean())))
     store = {}
     for label, got in results["random"].items():
         for name, values in got.items():
@@ -316,7 +345,7 @@ for mode in modes:
             if not T.check(np.array_equal(ids, np.arange(len(expected))),
                            "%s %s %s: every point once over the ranks (%d)" % (mode, label, name, len(ids))):
                 continue
-            if name in ("NeighborCount", "vtkValidPointMask"):
+            if name in ("NeighborCount", "vtkValidPointMask", "SupportRadius"):
                 T.check(np.array_equal(v, expected),
                         "%s %s %s: identical to the serial run" % (mode, label, name))
                 if len(ghost_ids):
