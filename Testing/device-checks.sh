@@ -49,7 +49,7 @@ for arg in "$@"; do
     sanitize:sanitize)
       # Small clouds of every kind and every method; the exactness and outlier tests; FENNS/CLAWS
       # with every idea switched off in turn; the cluster sweep at a fiftieth of its size.
-      filter='Clouds/EngineAccuracy.NeighborCount*:Clouds/EngineAccuracy.Density*uniform_4000*:Clouds/EngineAccuracy.Smoothing*outliers_3000*:EngineExactness.*:EngineMethods.*:EngineGrid.Radii*:EngineClusterSweep.*:SmoothingLength.*-EngineMethods.FennsAndClawsCountExactlyInDenseClustersOfASparseBox'
+      filter='Clouds/EngineAccuracy.NeighborCount*:Clouds/EngineAccuracy.Density*uniform_4000*:Clouds/EngineAccuracy.Smoothing*outliers_3000*:EngineExactness.*:EngineMethods.*:EngineGrid.Radii*:EngineRadiiPeriodic.*:EngineClusterSweep.*:SmoothingLength.*-EngineMethods.FennsAndClawsCountExactlyInDenseClustersOfASparseBox'
       export NEIGHBORGRID_SWEEP_SCALE=${NEIGHBORGRID_SWEEP_SCALE:-0.02}
       "$sanitizer" --tool memcheck --error-exitcode 1 "$tests" --backend=cuda --gtest_filter="${NG_SANITIZE_FILTER:-$filter}" \
         > "$out/memcheck.log" 2>&1

@@ -52,6 +52,7 @@ expected_defaults = {
     "Mass": 1.0,
     "RadiusArray": ["POINTS", "None"],
     "SmoothingLengthMode": "Gather",
+    "NeighborTarget": 64,
     "SmoothedArrays": [],
     "Normalization": "Shepard",
     "Backend": "Auto",
@@ -88,7 +89,7 @@ for name in ("Radius", "Operation"):
 
 # --- Enumerations: every text maps to the value of vtkPointNeighborhoodFilter's enums ----------
 enumerations = {
-    "Operation": {"Neighbor Count": 0, "Density": 1, "Kernel Smoothing": 2, "Gradient": 3},
+    "Operation": {"Neighbor Count": 0, "Density": 1, "Kernel Smoothing": 2, "Gradient": 3, "Smoothing Length": 4},
     "SmoothingLengthMode": {"Gather": 0, "Scatter": 1, "Symmetric": 2},
     "Kernel": {"Cubic Spline": 0, "Quartic Spline": 1, "Quintic Spline": 2, "Wendland C2": 3},
     "Dimension": {"2": 2, "3": 3},
@@ -191,6 +192,17 @@ T.check("radius=array 'mass'" in info and "smoothing_length_mode=Symmetric" in i
 f.RadiusArray = ["POINTS", "None"]
 out = T.output_of(f)
 T.check("radius=1.25" in T.info_string(out).splitlines(), "RadiusArray None: the constant Radius again")
+
+f.Operation = "Smoothing Length"
+f.NeighborTarget = 8
+f.Method = "Auto"
+out = T.output_of(f)
+info = T.info_string(out).splitlines()
+support = out.GetPointData().GetArray("SupportRadius")
+T.check(support is not None and support.GetNumberOfTuples() == out.GetNumberOfPoints()
+        and "operation=Smoothing Length" in info and "neighbor_target=8" in info,
+        "Operation Smoothing Length with NeighborTarget 8 writes SupportRadius (%s)"
+        % [e for e in info if "operation" in e or "neighbor" in e])
 
 f.Operation = "Neighbor Count"
 f.Method = "Counting Sort"
