@@ -15,7 +15,7 @@ periodic: exact against a numpy brute force, identical over the ranks, ghost poi
 their owner's value), and a probe of 3,000 points spread
 over the ranks the same way (Density, SPH smoothing, the valid mask). Results are fetched to rank 0
 and matched by point id. Per-particle radii (Symmetric counts, Scatter density, Gather gradient of
-a scalar and a 3-vector, a probe and a volume with radii) and the gradient with the fixed radius
+a scalar and a 3-vector, Gather density in the periodic box, a probe and a volume with radii) and the gradient with the fixed radius
 too; with ghost points, radii and the gradient of the particles must fail on every rank with a
 message that says so.
 
@@ -206,6 +206,10 @@ def case_results(mode):
     radii_density = neighborhood(Operation="Density", RadiusArray=["POINTS", "r"], SmoothingLengthMode="Scatter")
     radii_density.MassArray = ["POINTS", "mass"]
     radius_cases.append(("radii density", radii_density, ["Density"]))
+    radii_periodic = neighborhood(Operation="Density", RadiusArray=["POINTS", "r"], Periodic=[1, 1, 1],
+                                  BoxLengths=[BOX, BOX, BOX])
+    radii_periodic.MassArray = ["POINTS", "mass"]
+    radius_cases.append(("radii periodic density", radii_periodic, ["Density"]))
     radii_gradient = neighborhood(Operation="Gradient", SmoothedArrays=["s", "f"], RadiusArray=["POINTS", "r"])
     radii_gradient.MassArray = ["POINTS", "mass"]
     radius_cases.append(("radii gradient", radii_gradient, ["s_gradient", "f_gradient", "Density"]))
