@@ -39,6 +39,52 @@ struct Search
   bool secondHalf;
 };
 
+/// The smallest and largest of the particles' radii, found in parallel; an Error naming the first
+/// radius that is not finite and in [1e-150, 1e150] (so > 0).
+struct RadiusRange
+{
+  float smallest, largest;
+};
+
+RadiusRange checkedRadiusRange(const Request& r, int threads)
+{
+  const bool separate = hasSeparateSource(r);
+  const std::int64_t n = separate ? r.source.count : r.points.count;
+  const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n / 65536)));
+  std::vector<std::int64_t> firstBad(slices, -1);
+  std::vector<RadiusRange> range(slices, RadiusRange{ HUGE_VALF, 0.0f });
+  parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i)
+    {
+      const float radius = r.radii[i];
+      if (!(std::isfinite(radius) && radius >= 1e-150 && radius <= 1e150 && radius > 0.0f))
+      {
+        firstBad[slice] = i;
+        return;
+      }
+      range[slice].smallest = std::min(range[slice].smallest, radius);
+      range[slice].largest = std::max(range[slice].largest, radius);
+    }
+  });
+  for (std::int64_t i : firstBad)
+  {
+    if (i >= 0)
+    {
+      std::ostringstream s;
+      s << "NeighborGrid: the radius of " << (separate ? "source point " : "point ") << i << " is " << r.radii[i]
+        << "; every radius must be finite and > 0";
+      throw Error(s.str());
+    }
+  }
+  RadiusRange all{ HUGE_VALF, 0.0f };
+  for (const RadiusRange& part : range)
+  {
+    all.smallest = std::min(all.smallest, part.smallest);
+    all.largest = std::max(all.largest, part.largest);
+  }
+  return all;
+}
+
 class RadiusRun
 {
 public:
@@ -94,33 +140,8 @@ private:
       return;
     }
     const float* radii = r_.radii;
-    // Every radius finite and in [1e-150, 1e150] (so > 0), else an error naming the first bad one.
+    const double smallestRadius = checkedRadiusRange(r_, threads_).smallest;
     const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads_, n_ / 65536)));
-    std::vector<std::int64_t> firstBad(slices, -1);
-    std::vector<float> smallest(slices, HUGE_VALF);
-    parallelSlices(slices, n_, [&](int slice, std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i)
-      {
-        const float radius = radii[i];
-        if (!(std::isfinite(radius) && radius >= 1e-150 && radius <= 1e150 && radius > 0.0f))
-        {
-          firstBad[slice] = i;
-          return;
-        }
-        smallest[slice] = std::min(smallest[slice], radius);
-      }
-    });
-    for (std::int64_t i : firstBad)
-    {
-      if (i >= 0)
-      {
-        std::ostringstream s;
-        s << "NeighborGrid: the radius of " << (separate_ ? "source point " : "point ") << i << " is " << radii[i]
-          << "; every radius must be finite and > 0";
-        throw Error(s.str());
-      }
-    }
-    const double smallestRadius = *std::min_element(smallest.begin(), smallest.end());
     std::vector<std::uint16_t> levelOf(static_cast<std::size_t>(n_));
     int top = 0;
     std::vector<int> tops(slices, 0);
@@ -601,37 +622,7 @@ private:
 
 double largestRadiusOf(const Request& r, int threads)
 {
-  if (!r.radii)
-  {
-    return r.radius;
-  }
-  const std::int64_t n = hasSeparateSource(r) ? r.source.count : r.points.count;
-  const int slices = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n / 65536)));
-  std::vector<std::int64_t> firstBad(slices, -1);
-  std::vector<float> largest(slices, 0.0f);
-  parallelSlices(slices, n, [&](int slice, std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i)
-    {
-      const float radius = r.radii[i];
-      if (!(std::isfinite(radius) && radius >= 1e-150 && radius <= 1e150 && radius > 0.0f))
-      {
-        firstBad[slice] = i;
-        return;
-      }
-      largest[slice] = std::max(largest[slice], radius);
-    }
-  });
-  for (std::int64_t i : firstBad)
-  {
-    if (i >= 0)
-    {
-      std::ostringstream s;
-      s << "NeighborGrid: the radius of " << (hasSeparateSource(r) ? "source point " : "point ") << i << " is "
-        << r.radii[i] << "; every radius must be finite and > 0";
-      throw Error(s.str());
-    }
-  }
-  return *std::max_element(largest.begin(), largest.end());
+  return r.radii ? checkedRadiusRange(r, threads).largest : r.radius;
 }
 
 Report runWithRadii(const Request& request, int threads, const RadiusSearch& search)
