@@ -50,6 +50,8 @@ const char* toString(Method m)
       return "Bayraktar";
     case Method::StagedTiles:
       return "Staged Tiles";
+    case Method::RadiusTree:
+      return "Radius Tree";
   }
   return "?";
 }
@@ -237,7 +239,7 @@ void validate(const Request& r)
   }
   if (!validEnum(r.operation, Operation::SmoothingLength) || !validEnum(r.kernel, Kernel::WendlandC2) ||
     !validEnum(r.normalization, Normalization::SPH) || !validEnum(r.backend, Backend::CPU) ||
-    !validEnum(r.method, Method::StagedTiles) ||
+    !validEnum(r.method, Method::RadiusTree) ||
     !validEnum(r.points.type, ScalarType::Float64) || !validEnum(r.source.type, ScalarType::Float64))
   {
     fail("an enumeration in the request has an invalid value");
@@ -443,6 +445,10 @@ struct Engine::Impl
   Report runOpen(const Request& request);
   /// Operation::SmoothingLength, validated here (SmoothingLength.h).
   Report runSmoothingLength(const Request& request);
+  /// Whether the radius layer's sums run as one whole-rule search each (RadiusPass::wholeRule):
+  /// the CUDA backend's radius tree, for Auto and Radius Tree. Throws for Radius Tree where it
+  /// cannot run.
+  bool radiusTreeSearches(const Request& request);
 };
 
 Engine::Engine() : impl_(new Impl) {}
@@ -546,7 +552,8 @@ detail::BackendImplementation& Engine::Impl::backendFor(const Request& request, 
   }
   if (backend == Backend::CPU &&
     (request.method == Method::FENNS || request.method == Method::RadixSort || request.method == Method::CLAWS ||
-      request.method == Method::Bayraktar || request.method == Method::StagedTiles))
+      request.method == Method::Bayraktar || request.method == Method::StagedTiles ||
+      request.method == Method::RadiusTree))
   {
     fail(std::string("the method ") + toString(request.method) + " runs on the CUDA backend only (" + reason +
       "); choose Counting Sort or Brute Force for the CPU");
@@ -615,6 +622,22 @@ bool Engine::Impl::backendMakesImages(const Request& request)
   detail::BackendImplementation& implementation = backendFor(request, backend, reason);
   const detail::ProgressReporter progress(request.progress);
   return implementation.makesPeriodicImages(makeProblem(request, progress));
+}
+
+bool Engine::Impl::radiusTreeSearches(const Request& request)
+{
+  if (request.method != Method::Auto && request.method != Method::RadiusTree)
+  {
+    return false;
+  }
+  Backend backend;
+  std::string reason;
+  backendFor(request, backend, reason); // Radius Tree on the CPU: an Error
+  if (request.method == Method::RadiusTree && hasSeparateSource(request))
+  {
+    fail("the method Radius Tree computes at the particles only; choose Auto for probes and volumes");
+  }
+  return backend == Backend::CUDA;
 }
 
 Report Engine::Impl::runOnce(
@@ -802,7 +825,7 @@ Report Engine::run(const Request& given)
     const detail::OpenRun radiusRun = [this](const Request& open) {
       return detail::runWithRadii(open, impl_->threads, [this](const Request& search, const detail::RadiusPass& pass) {
         return impl_->runOnce(search, &pass);
-      });
+      }, impl_->radiusTreeSearches(open));
     };
     if (detail::isPeriodic(request))
     {

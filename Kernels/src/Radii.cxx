@@ -88,10 +88,10 @@ RadiusRange checkedRadiusRange(const Request& r, int threads)
 class RadiusRun
 {
 public:
-  RadiusRun(const Request& request, int threads, const RadiusSearch& search)
+  RadiusRun(const Request& request, int threads, const RadiusSearch& search, bool wholeRule)
     : r_(request), threads_(std::max(1, threads)), search_(search), separate_(hasSeparateSource(request)),
-      particles_(separate_ ? request.source : request.points), n_(particles_.count),
-      m_(separate_ ? queryCount(request) : n_)
+      wholeRuleSearch_(wholeRule), wholeRule_(wholeRule && !separate_), particles_(separate_ ? request.source : request.points),
+      n_(particles_.count), m_(separate_ ? queryCount(request) : n_)
   {
   }
 
@@ -106,8 +106,19 @@ public:
     }
     double lo[3], hi[3];
     findBoundsOnHost(particles_, threads_, lo, hi); // names the caller's point if one is not finite
-    makeLevels();
-    planSearches();
+    if (wholeRule_)
+    {
+      // One search over all particles per sum; the radii are still checked first.
+      levels_.resize(1);
+      levels_[0].all = true;
+      levels_[0].bound = r_.radii ? checkedRadiusRange(r_, threads_).largest : static_cast<float>(r_.radius);
+      searches_.push_back({ 0, true, false });
+    }
+    else
+    {
+      makeLevels();
+      planSearches();
+    }
     report_.radiusLevels = r_.radii ? static_cast<int>(levels_.size()) : 0;
     switch (r_.operation)
     {
@@ -271,6 +282,7 @@ private:
     pass.mode = r_.radii ? r_.smoothingLengthMode : SmoothingLengthMode::Gather;
     pass.constantRadius = r_.radius;
     pass.components = components;
+    pass.wholeRule = wholeRule_;
     const int terms = pass.terms();
     if (sum == RadiusSum::Count)
     {
@@ -494,7 +506,7 @@ private:
       own.density = rho.data();
       own.valid = nullptr;
       own.smoothed.clear();
-      merge(RadiusRun(own, threads_, search_).run());
+      merge(RadiusRun(own, threads_, search_, wholeRuleSearch_).run());
     }
     else
     {
@@ -609,6 +621,8 @@ private:
   int threads_;
   const RadiusSearch& search_;
   bool separate_;
+  bool wholeRuleSearch_; // the backend has one (with the particles as their own queries)
+  bool wholeRule_;       // and this run uses it
   Points particles_;
   std::int64_t n_;
   std::int64_t m_;
@@ -625,9 +639,9 @@ double largestRadiusOf(const Request& r, int threads)
   return r.radii ? checkedRadiusRange(r, threads).largest : r.radius;
 }
 
-Report runWithRadii(const Request& request, int threads, const RadiusSearch& search)
+Report runWithRadii(const Request& request, int threads, const RadiusSearch& search, bool wholeRule)
 {
-  return RadiusRun(request, threads, search).run();
+  return RadiusRun(request, threads, search, wholeRule).run();
 }
 
 } // namespace detail

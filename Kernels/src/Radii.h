@@ -18,6 +18,9 @@
 // before every search has succeeded. Shepard smoothing is sum_j W f_j / sum_j W of such sums; SPH
 // smoothing and the gradient first compute the density over every search, then m_j / rho_j.
 // A Gradient with a fixed radius runs here too, as one search.
+//
+// Where the backend has a search of its own for the whole rule (the CUDA backend's radius tree,
+// RadiusTree.h), every sum is one search over all particles instead: no levels, no host sums.
 #pragma once
 
 #include "RadiusOperations.h"
@@ -29,10 +32,11 @@ namespace neighborgrid
 namespace detail
 {
 
-/// Whether a request runs through this layer: per-particle radii, or a gradient.
+/// Whether a request runs through this layer: per-particle radii, a gradient, or the Radius Tree
+/// asked for by name.
 inline bool usesRadiusLayer(const Request& r)
 {
-  return r.radii != nullptr || r.operation == Operation::Gradient;
+  return r.radii != nullptr || r.operation == Operation::Gradient || r.method == Method::RadiusTree;
 }
 
 /// Runs one search: the request's points are the queries, its source the particles, its radius
@@ -44,7 +48,9 @@ using RadiusSearch = std::function<Report(const Request&, const RadiusPass&)>;
 double largestRadiusOf(const Request& request, int threads);
 
 /// Runs a validated request with usesRadiusLayer (masses and query points already checked).
-Report runWithRadii(const Request& request, int threads, const RadiusSearch& search);
+/// wholeRule: the backend decides every pair by the mode's whole rule in one search per sum
+/// (RadiusPass::wholeRule; the particles must be their own queries), so there are no levels.
+Report runWithRadii(const Request& request, int threads, const RadiusSearch& search, bool wholeRule = false);
 
 } // namespace detail
 } // namespace neighborgrid

@@ -273,6 +273,10 @@ struct RadiusPass
   RadiusSum sum = RadiusSum::Count;
   SmoothingLengthMode mode = SmoothingLengthMode::Gather;
   bool secondHalf = false;
+  // One search of every pair by the mode's whole rule (Gather r <= R_i, Scatter r <= R_j,
+  // Symmetric either): the queries are the particles themselves, so queryRadii and queryValues
+  // are sourceRadii and sourceValues (the CUDA backend's radius tree, RadiusTree.h).
+  bool wholeRule = false;
   double constantRadius = 0.0;
   const float* queryRadii = nullptr;   // per query, or null (constantRadius)
   const float* sourceRadii = nullptr;  // per source in input order, or null (constantRadius)

@@ -186,7 +186,8 @@ std::vector<Method> sweepMethods(std::int64_t points)
   std::vector<Method> methods{ Method::Auto, Method::CountingSort };
   if (ngtest::backendUnderTest == Backend::CUDA)
   {
-    for (Method m : { Method::RadixSort, Method::FENNS, Method::CLAWS, Method::Bayraktar, Method::StagedTiles })
+    for (Method m : { Method::RadixSort, Method::FENNS, Method::CLAWS, Method::Bayraktar, Method::StagedTiles,
+           Method::RadiusTree })
     {
       methods.push_back(m);
     }

@@ -100,6 +100,17 @@ std::vector<Method> methodsFor(const Scenario& s)
   return methods;
 }
 
+/// methodsFor, and on CUDA the Radius Tree, which computes at the particles only (no probes).
+std::vector<Method> particleMethodsFor(const Scenario& s)
+{
+  std::vector<Method> methods = methodsFor(s);
+  if (backendUnderTest == Backend::CUDA)
+  {
+    methods.push_back(Method::RadiusTree);
+  }
+  return methods;
+}
+
 class EngineAccuracy : public testing::TestWithParam<Scenario>
 {
 };
@@ -111,7 +122,7 @@ TEST_P(EngineAccuracy, NeighborCountMatchesDoubleBruteForce)
   const Reference& ref = *f.reference;
   Engine engine;
   RecordProperty("average_neighbors", std::to_string(ref.averageNeighbors()));
-  for (Method method : methodsFor(s))
+  for (Method method : particleMethodsFor(s))
   {
     SCOPED_TRACE(toString(method));
     Request r = baseRequest(f.cloud, s.radius, method);
@@ -166,7 +177,7 @@ TEST_P(EngineAccuracy, DensityMatchesDoubleBruteForceForEveryKernel)
   {
     const auto withMass = f.reference->density(f.cloud, kernel, f.cloud.mass.data(), 1.0);
     const auto constant = f.reference->density(f.cloud, kernel, nullptr, 2.5);
-    for (Method method : methodsFor(s))
+    for (Method method : particleMethodsFor(s))
     {
       SCOPED_TRACE(std::string(toString(kernel)) + ", " + toString(method));
       Request r = baseRequest(f.cloud, s.radius, method);
@@ -208,7 +219,7 @@ TEST_P(EngineAccuracy, SmoothingMatchesDoubleBruteForce)
     const auto tensorRef = f.reference->smooth(c, k.kernel, c.tensor9, 9, shepard, c.mass.data(), 1.0);
     const auto tensorScale = f.reference->smooth(c, k.kernel, c.tensor9, 9, shepard, c.mass.data(), 1.0, true);
     const auto densityRef = f.reference->density(c, k.kernel, c.mass.data(), 1.0);
-    for (Method method : methodsFor(s))
+    for (Method method : particleMethodsFor(s))
     {
       SCOPED_TRACE(std::string(toString(k.kernel)) + ", " + toString(k.normalization) + ", " + toString(method));
       Request r = baseRequest(c, s.radius, method);
@@ -600,7 +611,7 @@ TEST(EngineExactness, PairsWithinRoundingOfTheRadiusAreDecidedLikeTheDoubleRefer
     ASSERT_GT(expectedPairs, cloud.size() / 8);
     ASSERT_LT(expectedPairs, cloud.size() - cloud.size() / 8);
     Engine engine;
-    for (Method method : methodsFor(Scenario{ "pairs", cloud.size(), 0.0, k.radius, k.asFloat, 0 }))
+    for (Method method : particleMethodsFor(Scenario{ "pairs", cloud.size(), 0.0, k.radius, k.asFloat, 0 }))
     {
       SCOPED_TRACE(std::string(toString(method)) + ", origin " + std::to_string(k.origin) + ", R " +
         std::to_string(k.radius) + (k.asFloat ? ", float" : ", double") + (k.planar ? ", 2D" : ", 3D"));
@@ -732,7 +743,7 @@ TEST(EngineGrid, RadiiAtTheEndsOfTheRange)
     const double radius = scale > 1.0 ? 0.9 * scale : scale;
     const Reference ref(cloud, radius);
     Engine engine;
-    for (Method method : methodsFor(Scenario{ "range", cloud.size(), 0.0, radius, false, 0 }))
+    for (Method method : particleMethodsFor(Scenario{ "range", cloud.size(), 0.0, radius, false, 0 }))
     {
       SCOPED_TRACE(std::string(toString(method)) + ", R " + std::to_string(radius));
       Request r = baseRequest(cloud, radius, method);
@@ -2748,7 +2759,7 @@ TEST(EngineRadii, EveryModeOperationAndKernelMatchesDoubleBruteForce)
       const std::vector<double> sph = ref.smooth(kernel, c.scalar, 1, volumes, &sphScale);
       const std::vector<double> gradient = ref.gradient(kernel, c.scalar, 1, volumes, &gradientScale);
       const std::vector<double> gradient3 = ref.gradient(kernel, c.vector3, 3, volumes, &gradientScale3);
-      for (Method method : methodsFor(Scenario{ "radii", n, 40.0, 1.0, true, 0 }))
+      for (Method method : particleMethodsFor(Scenario{ "radii", n, 40.0, 1.0, true, 0 }))
       {
         // The CPU's brute force is quadratic per search: one kernel is enough there.
         if (method == Method::BruteForce && backendUnderTest == Backend::CPU && kernel != Kernel::CubicSpline)
@@ -2768,8 +2779,17 @@ TEST(EngineRadii, EveryModeOperationAndKernelMatchesDoubleBruteForce)
           r.neighborCount = count.data();
           const Report report = engine.run(r);
           EXPECT_EQ(asDouble(count), ref.counts());
-          EXPECT_GE(report.radiusLevels, 7);
-          EXPECT_EQ(report.radiusSearches, report.radiusLevels * (mode == SmoothingLengthMode::Symmetric ? 2 : 1));
+          if (report.method == Method::RadiusTree)
+          {
+            // One search by the whole rule, over every radius at once.
+            EXPECT_EQ(report.radiusLevels, 1);
+            EXPECT_EQ(report.radiusSearches, 1);
+          }
+          else
+          {
+            EXPECT_GE(report.radiusLevels, 7);
+            EXPECT_EQ(report.radiusSearches, report.radiusLevels * (mode == SmoothingLengthMode::Symmetric ? 2 : 1));
+          }
           r.neighborCount = nullptr;
         }
         r.operation = Operation::Density;
@@ -2818,7 +2838,7 @@ TEST(EngineRadii, AFixedRadiusGradientMatchesDoubleBruteForce)
     std::vector<double> rhoScale, scale;
     const std::vector<double> rho = ref.density(kernel, &rhoScale);
     const std::vector<double> gradient = ref.gradient(kernel, c.tensor9, 9, volumesFrom(c, rho), &scale);
-    for (Method method : methodsFor(Scenario{ "clustered", c.size(), 20.0, 1.25, true, 0 }))
+    for (Method method : particleMethodsFor(Scenario{ "clustered", c.size(), 20.0, 1.25, true, 0 }))
     {
       SCOPED_TRACE(std::string(toString(kernel)) + ", " + toString(method));
       Request r = baseRequest(c, 1.25, method);
@@ -3069,6 +3089,20 @@ TEST(EngineRadii, BadRadiiAndModesAreClearErrorsAndLeaveOutputsUntouched)
     radii[321] = bad;
     expectError("the radius of point 321 is");
   }
+  radii[321] = 1.0f;
+  // The Radius Tree computes at the particles only, on the GPU only.
+  r = baseRequest(c, 0.0, Method::RadiusTree);
+  r.operation = Operation::Density;
+  r.density = density.data();
+  r.radii = radii.data();
+  if (backendUnderTest == Backend::CPU)
+  {
+    expectError("runs on the CUDA backend only");
+  }
+  r.source = c.points();
+  r.points = Points(q.data(), 1);
+  r.smoothingLengthMode = SmoothingLengthMode::Scatter;
+  expectError(backendUnderTest == Backend::CPU ? "runs on the CUDA backend only" : "Radius Tree computes at the particles only");
 }
 
 int main(int argc, char** argv)

@@ -55,8 +55,11 @@ enum class Method
                 // balanced warps (Groß, Köster, Krüger 2020); CUDA only
   Bayraktar,    // a candidate list per cell holding its 27 cells' points (Bayraktar et al. 2009);
                 // CUDA only
-  StagedTiles   // the FENNS/CLAWS two-step search on cells of R/2: tiles staged in shared memory,
+  StagedTiles,  // the FENNS/CLAWS two-step search on cells of R/2: tiles staged in shared memory,
                 // rows beyond R skipped per point (Kernels/src/cuda/StagedTiles.cu); CUDA only
+  RadiusTree    // per-particle radii and the gradient in one search: Morton-ordered clusters of
+                // 32 in a tree of boxes, 32 x 32 cluster tiles (Kernels/src/cuda/RadiusTree.h);
+                // CUDA only, particles as their own queries; Auto takes it there
 };
 
 enum class Operation

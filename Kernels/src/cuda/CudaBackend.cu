@@ -6,6 +6,8 @@
 //  - Bayraktar.cu (Bayraktar et al. 2009): a candidate list per cell;
 //  - StagedTiles.cu: the FENNS/CLAWS family on cells of R/2, tiles staged in shared memory;
 //  - BruteForce.cu: every pair, for validation.
+// Per-particle radii run in one search over a tree of their own (RadiusTree.cu), and Smoothing
+// Length on grids of its own (KthNeighbor.cu).
 // They share the grid (CellGrid.h, CellTable.h): cells keyed by their coordinates, occupied cells
 // only, points in frame coordinates of their cell, pairs within rounding of R decided in double
 // from the caller's coordinates (PairTest.h), which stay on the device as given.
@@ -23,6 +25,7 @@
 #include "KthNeighbor.h"
 #include "Queries.cuh"
 #include "PeriodicImages.h"
+#include "RadiusTree.h"
 #include "TransferRing.h"
 
 #include <cub/block/block_reduce.cuh>
@@ -359,6 +362,11 @@ public:
       runSmoothingLength(problem, report);
       return;
     }
+    if (problem.radiusPass && problem.radiusPass->wholeRule)
+    {
+      runRadiusTree(problem, report);
+      return;
+    }
 
     const Method chosen = problem.method == Method::Auto ? chooseMethod(problem) : problem.method;
     report.method = chosen;
@@ -433,6 +441,81 @@ public:
     report.device = device_.name;
     report.extraDeviceBytes = kth_.heldBytes();
     report.radiusLevels = levels;
+    collectStageTimes(report);
+  }
+
+  /// A whole-rule search of the radius layer (RadiusPass::wholeRule): the radius tree's own order
+  /// and boxes (RadiusTree.h), one search, then the sums' download.
+  void runRadiusTree(const Problem& p, Report& report)
+  {
+    const RadiusPass& pass = *p.radiusPass;
+    report.method = Method::RadiusTree;
+    run_ = CudaRun{};
+    run_.problem = &p;
+    run_.report = &report;
+    run_.stream = stream_;
+    run_.device = &device_;
+    run_.count = p.count;
+    run_.input = input_;
+    const std::size_t n = static_cast<std::size_t>(p.count);
+    const bool sumsValues = pass.sum == RadiusSum::Smoothing || pass.sum == RadiusSum::Gradient;
+    const int c = sumsValues ? pass.components : 0;
+    const std::size_t terms = static_cast<std::size_t>(pass.terms());
+    checkFits(CudaRadiusTree::plannedBytes(p.count, c) + std::int64_t(n) * (4 + 4 + 4 * c + 4 * std::int64_t(terms)),
+      std::int64_t(deviceRaw_.bytes()), p.count, "the radius tree, the particles' radii, weights and values, and the sums");
+    cudaEvent_t begin = mark();
+    const float* radii = nullptr;
+    if (pass.sourceRadii)
+    {
+      float* raw = sourceRadii_.ensure(n, "radii");
+      transfers_.upload(raw, pass.sourceRadii, n * sizeof(float), stream_, "uploading radii");
+      radii = raw;
+    }
+    const float* weights = nullptr;
+    if (p.mass)
+    {
+      float* raw = mass_.ensure(n, "weights");
+      transfers_.upload(raw, p.mass, n * sizeof(float), stream_, "uploading weights");
+      weights = raw;
+    }
+    float* values = nullptr;
+    if (sumsValues)
+    {
+      values = values_.ensure(n * c, "values");
+      transfers_.upload(values, pass.sourceValues, n * c * sizeof(float), stream_, "uploading values");
+    }
+    void* output = pass.sum == RadiusSum::Count ? static_cast<void*>(count_.ensure(n, "neighbor counts"))
+                                                : static_cast<void*>(radiusSums_.ensure(n * terms, "sums"));
+    cudaEvent_t uploaded = mark();
+    stage("upload", begin, uploaded);
+    (*p.progress)(0.1, "upload");
+    tree_.build(run_, radii, pass.constantRadius, weights, p.constantMass);
+    const float* treeValues = sumsValues ? tree_.valuesInTreeOrder(run_, values, c) : nullptr;
+    cudaEvent_t built = mark();
+    stage("sort", uploaded, built);
+    (*p.progress)(0.2, "sort");
+    withRadiusOperation(pass, p.kernelType, p.dimension, [&](auto op) {
+      op.rule.queryRadii = radii; // the queries are the particles, in input order
+      op.values = treeValues;
+      op.queryValues = values;
+      op.output = static_cast<typename decltype(op)::Value*>(output);
+      launchRadiusTreeSearch(run_, tree_, op);
+    });
+    NG_CUDA_CHECK_LAUNCH("search");
+    stage("search", built, mark());
+    Timer timer;
+    if (pass.sum == RadiusSum::Count)
+    {
+      transfers_.download(pass.counts, output, n * sizeof(std::int32_t), stream_, "downloading results");
+    }
+    else
+    {
+      transfers_.download(pass.sums, output, n * terms * sizeof(float), stream_, "downloading results");
+    }
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "waiting for the results");
+    addStage(report, "download", timer.milliseconds());
+    report.device = device_.name;
+    report.extraDeviceBytes = tree_.heldBytes();
     collectStageTimes(report);
   }
 
@@ -1033,6 +1116,7 @@ private:
   DeviceImages images_; // periodic images made here (Problem::imagesByBackend), with the coordinates
   std::unique_ptr<CudaMethod> methods_[8];
   CudaKthNeighbor kth_{ pool_ };
+  CudaRadiusTree tree_{ pool_ };
 };
 
 } // namespace
