@@ -8,17 +8,21 @@
 // carries the largest radius inside it (what Scatter needs to reach a query).
 // Search: one warp takes one cluster as its 32 queries and walks the tree once for all of them;
 // it enters a node where any lane's sphere reaches the box (its own radius, the node's largest,
-// or both, by the mode). A cluster it enters is staged in shared memory, and every lane tests all
-// 32 sources: a 32 x 32 tile, as GROMACS's cluster pairs. A cluster of queries is small next to
-// its radii (32 points, about half of the 64 a radius holds), so the candidates stay within a
-// small factor of the neighbors wherever the radii follow the density, and dense cores are
-// entered only by the clusters whose spheres reach them.
+// or both, by the mode). A cluster of sources it reaches is staged in shared memory and taken
+//  - as a 32 x 32 tile where many lanes reach it (as GROMACS's cluster pairs): every lane tests
+//    all 32 sources into a mask, then takes its own pairs;
+//  - query by query where fewer than 16 lanes reach it: the warp tests one query against the 32
+//    sources at once and sums across lanes. A query whose sphere holds a dense core (Gather at a
+//    cluster's edge) then costs its pairs / 32, not its pairs.
 // Exactness: every pair is decided in double from the caller's coordinates (PairTest.h's
 // definition, no band); a box test rounds the same operations in the same order on distances
 // that are never larger, so it never drops a neighbor. Included only by .cu files.
 #pragma once
 
 #include "CudaRun.h"
+
+#include <cstdio>
+#include <cstdlib>
 
 namespace neighborgrid
 {
@@ -43,7 +47,14 @@ struct RadiusTreeView
   const std::int32_t* __restrict__ orderToInput = nullptr;
   const float4* __restrict__ low = nullptr;  // per node: lower corner (rounded down), largest radius
   const float4* __restrict__ high = nullptr; // per node: upper corner (rounded up)
+  // NEIGHBORGRID_TREE_STATS: per search, the warps' totals (radiusTreeStatNames), else null.
+  unsigned long long* stats = nullptr;
+  int byQueryLanes = 16; // clusters fewer lanes reach go query by query (clusterByQuery)
 };
+
+constexpr int radiusTreeStats = 6;
+constexpr const char* radiusTreeStatNames[radiusTreeStats] = { "warps", "nodes tested", "clusters as tiles",
+  "clusters query by query", "query rounds", "most clusters in one warp" };
 
 constexpr int radiusTreeCluster = 32;
 constexpr int radiusTreeFanOut = 8;
@@ -183,6 +194,7 @@ __device__ __forceinline__ void clusterByTile(const Op& op, const TreePoint* sta
   unsigned taken = 0;
   if (active)
   {
+#pragma unroll 4
     for (int k = 0; k < size; ++k)
     {
       const TreePoint b = staged[k];
@@ -202,41 +214,42 @@ __device__ __forceinline__ void clusterByTile(const Op& op, const TreePoint* sta
   }
 }
 
-/// Clusters that fewer lanes than this reach go query by query (clusterByQuery).
-constexpr int radiusTreeByQueryLanes = 8;
-
-/// One warp per cluster of queries; see the header comment. `op` is a RadiusOperation whose rule
-/// has cellSize 1 (frame units are input units) and whose source arrays are in tree order.
+/// The warp's queries: the points of one cluster, one a lane.
 template <class Op>
-__global__ void __launch_bounds__(32 * radiusTreeWarps) radiusTreeSearch(RadiusTreeView tree, Op op)
+struct WarpQueries
 {
-  __shared__ TreePoint staged[radiusTreeWarps][radiusTreeCluster];
-  __shared__ float stagedWeight[radiusTreeWarps][radiusTreeCluster];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int cluster = blockIdx.x * radiusTreeWarps + warp;
-  if (cluster >= tree.levelCount[0])
-  {
-    return; // the whole warp
-  }
-  const int s = cluster * radiusTreeCluster + lane;
-  const bool active = s < tree.count;
+  bool active = false; // a lane past the last point has none
   double x[3] = { 0, 0, 0 };
-  std::int64_t q = 0;
-  if (active)
-  {
-    const TreePoint p = tree.positions[s];
-    x[0] = p.x, x[1] = p.y, x[2] = p.z;
-    q = tree.orderToInput[s];
-  }
-  const typename Op::Query state = active ? op.query(q) : typename Op::Query{};
-  const double ownSquared = active ? state.radius * state.radius : -1.0;
-  const SmoothingLengthMode mode = op.rule.mode;
-  RegisterSums<Op> acc;
+  std::int64_t q = 0; // input index
+  typename Op::Query state{};
+  double ownSquared = -1.0;
 
+  __device__ WarpQueries(const RadiusTreeView& tree, const Op& op, int cluster, int lane)
+  {
+    const int s = cluster * radiusTreeCluster + lane;
+    active = s < tree.count;
+    if (active)
+    {
+      const TreePoint p = tree.positions[s];
+      x[0] = p.x, x[1] = p.y, x[2] = p.z;
+      q = tree.orderToInput[s];
+      state = op.query(q);
+      ownSquared = state.radius * state.radius;
+    }
+  }
+};
+
+/// Walks the tree once for the warp's queries: visit(cluster, reaching lanes) for every cluster
+/// of sources some lane's sphere reaches (by the mode). Returns the nodes tested.
+template <class Op, class Visit>
+__device__ __forceinline__ unsigned forEachReachedCluster(const RadiusTreeView& tree, SmoothingLengthMode mode,
+  const WarpQueries<Op>& w, Visit visit)
+{
   // A stack of nodes to test, the same in every lane: level in the top 4 bits.
   constexpr int stackSize = 8 * 12;
   int stack[stackSize];
   int top = 0;
+  unsigned tested = 0;
   stack[top++] = ((tree.levels - 1) << 27) | 0;
   while (top > 0)
   {
@@ -245,15 +258,16 @@ __global__ void __launch_bounds__(32 * radiusTreeWarps) radiusTreeSearch(RadiusT
     const float4 low = tree.low[tree.levelStart[level] + node];
     const float4 high = tree.high[tree.levelStart[level] + node];
     bool reaches = false;
-    if (active)
+    if (w.active)
     {
       const double largest = double(low.w) * double(low.w);
-      const double reach = mode == SmoothingLengthMode::Gather ? ownSquared
+      const double reach = mode == SmoothingLengthMode::Gather ? w.ownSquared
         : mode == SmoothingLengthMode::Scatter                 ? largest
-                                                               : fmax(ownSquared, largest);
-      reaches = squaredDistanceToBox(x, low, high) <= reach;
+                                                               : fmax(w.ownSquared, largest);
+      reaches = squaredDistanceToBox(w.x, low, high) <= reach;
     }
     const unsigned reaching = __ballot_sync(0xffffffffu, reaches);
+    ++tested;
     if (!reaching)
     {
       continue;
@@ -268,6 +282,31 @@ __global__ void __launch_bounds__(32 * radiusTreeWarps) radiusTreeSearch(RadiusT
       }
       continue;
     }
+    visit(node, reaching);
+  }
+  return tested;
+}
+
+/// One warp per cluster of queries, in tree order (see the header comment). `op` is a
+/// RadiusOperation whose rule has cellSize 1 (frame units are input units) and whose source
+/// arrays are in tree order. Neighboring warps share most of their source clusters in cache:
+/// ordering the warps by decreasing work instead (a walk without the pairs first) was measured
+/// slower (4M clustered Gather density 62 -> 72 ms).
+template <class Op>
+__global__ void __launch_bounds__(32 * radiusTreeWarps) radiusTreeSearch(RadiusTreeView tree, Op op)
+{
+  __shared__ TreePoint staged[radiusTreeWarps][radiusTreeCluster];
+  __shared__ float stagedWeight[radiusTreeWarps][radiusTreeCluster];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int cluster = blockIdx.x * radiusTreeWarps + warp;
+  if (cluster >= tree.levelCount[0])
+  {
+    return; // the whole warp
+  }
+  const WarpQueries<Op> w(tree, op, cluster, lane);
+  RegisterSums<Op> acc;
+  unsigned long long tiles = 0, byQuery = 0, rounds = 0;
+  const unsigned tested = forEachReachedCluster(tree, op.rule.mode, w, [&](int node, unsigned reaching) {
     const int begin = node * radiusTreeCluster;
     const int size = min(radiusTreeCluster, tree.count - begin);
     __syncwarp();
@@ -281,24 +320,36 @@ __global__ void __launch_bounds__(32 * radiusTreeWarps) radiusTreeSearch(RadiusT
       stagedWeight[warp][lane] = myWeight;
     }
     __syncwarp();
-    if (__popc(reaching) < radiusTreeByQueryLanes)
+    if (__popc(reaching) < tree.byQueryLanes)
     {
-      clusterByQuery(op, reaching, x, state, ownSquared, mine, myWeight, begin + lane, lane < size, acc);
+      ++byQuery;
+      rounds += __popc(reaching);
+      clusterByQuery(op, reaching, w.x, w.state, w.ownSquared, mine, myWeight, begin + lane, lane < size, acc);
     }
     else
     {
-      clusterByTile(op, staged[warp], stagedWeight[warp], begin, size, active, x, state, ownSquared, acc);
+      ++tiles;
+      clusterByTile(op, staged[warp], stagedWeight[warp], begin, size, w.active, w.x, w.state, w.ownSquared, acc);
     }
-  }
-  if (active)
+  });
+  if (w.active)
   {
-    acc.finish(op, s, static_cast<int>(q));
+    acc.finish(op, cluster * radiusTreeCluster + lane, static_cast<int>(w.q));
+  }
+  if (tree.stats && lane == 0)
+  {
+    atomicAdd(tree.stats, 1ull);
+    atomicAdd(tree.stats + 1, static_cast<unsigned long long>(tested));
+    atomicAdd(tree.stats + 2, tiles);
+    atomicAdd(tree.stats + 3, byQuery);
+    atomicAdd(tree.stats + 4, rounds);
+    atomicMax(tree.stats + 5, tiles + byQuery);
   }
 }
 
 /// The search on the run's stream: `op` complete but for its frame and the tree's arrays.
 template <class Op>
-void launchRadiusTreeSearch(CudaRun& run, const CudaRadiusTree& tree, Op op)
+void launchRadiusTreeSearch(CudaRun& run, CudaRadiusTree& tree, Op op)
 {
   const RadiusTreeView& view = tree.view();
   if (view.count == 0)
@@ -313,7 +364,33 @@ void launchRadiusTreeSearch(CudaRun& run, const CudaRadiusTree& tree, Op op)
   op.rule.orderToInput = view.orderToInput;
   op.rule.sourceRadii = tree.radiiInTreeOrder();
   const int blocks = (view.levelCount[0] + radiusTreeWarps - 1) / radiusTreeWarps;
-  radiusTreeSearch<<<blocks, 32 * radiusTreeWarps, 0, run.stream>>>(view, op);
+  RadiusTreeView withStats = view;
+  if (const char* knob = std::getenv("NEIGHBORGRID_TREE_BY_QUERY_LANES"))
+  {
+    withStats.byQueryLanes = std::atoi(knob); // benchmarking knob
+  }
+  const bool printStats = std::getenv("NEIGHBORGRID_TREE_STATS") != nullptr;
+  if (printStats)
+  {
+    NG_CUDA_CHECK(cudaMallocAsync(&withStats.stats, radiusTreeStats * sizeof(unsigned long long), run.stream),
+      "statistics");
+    NG_CUDA_CHECK(cudaMemsetAsync(withStats.stats, 0, radiusTreeStats * sizeof(unsigned long long), run.stream),
+      "statistics");
+  }
+  radiusTreeSearch<<<blocks, 32 * radiusTreeWarps, 0, run.stream>>>(withStats, op);
+  if (printStats)
+  {
+    unsigned long long host[radiusTreeStats];
+    NG_CUDA_CHECK(cudaMemcpyAsync(host, withStats.stats, sizeof host, cudaMemcpyDeviceToHost, run.stream), "statistics");
+    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "statistics");
+    NG_CUDA_CHECK(cudaFreeAsync(withStats.stats, run.stream), "statistics");
+    std::fprintf(stderr, "radius tree:");
+    for (int k = 0; k < radiusTreeStats; ++k)
+    {
+      std::fprintf(stderr, " %s %llu;", radiusTreeStatNames[k], host[k]);
+    }
+    std::fprintf(stderr, "\n");
+  }
 }
 
 #endif
