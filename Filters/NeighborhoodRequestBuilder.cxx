@@ -319,6 +319,8 @@ neighborgrid::Method EngineMethod(int method)
       return neighborgrid::Method::Bayraktar;
     case vtkPointNeighborhoodFilter::METHOD_STAGED_TILES:
       return neighborgrid::Method::StagedTiles;
+    case vtkPointNeighborhoodFilter::METHOD_RADIUS_TREE:
+      return neighborgrid::Method::RadiusTree;
     case vtkPointNeighborhoodFilter::METHOD_AUTO:
     default:
       return neighborgrid::Method::Auto;

@@ -140,7 +140,8 @@ public:
     METHOD_RADIX_SORT = 4, // CUDA only
     METHOD_CLAWS = 5,      // CUDA only
     METHOD_BAYRAKTAR = 6,  // CUDA only
-    METHOD_STAGED_TILES = 7 // CUDA only
+    METHOD_STAGED_TILES = 7, // CUDA only
+    METHOD_RADIUS_TREE = 8   // CUDA only, radii and Gradient at the particles (Auto takes it there)
   };
 
   ///@{
@@ -219,7 +220,7 @@ public:
 
   ///@{
   /// Search method, default METHOD_AUTO.
-  vtkSetClampMacro(Method, int, METHOD_AUTO, METHOD_STAGED_TILES);
+  vtkSetClampMacro(Method, int, METHOD_AUTO, METHOD_RADIUS_TREE);
   vtkGetMacro(Method, int);
   ///@}
 

@@ -57,8 +57,9 @@ T.check("backend=CUDA" in T.info_string(auto).splitlines(), "Backend Auto picks 
 
 # --- Every method and operation against the CPU ------------------------------------------------
 lo_hi = None
-for method in ("Auto", "Counting Sort", "Brute Force", "FENNS", "Radix Sort", "CLAWS", "Bayraktar", "Staged Tiles"):
-    # FENNS, Radix Sort, CLAWS, Bayraktar and Staged Tiles run on CUDA only: compare them with the CPU's Counting Sort.
+for method in ("Auto", "Counting Sort", "Brute Force", "FENNS", "Radix Sort", "CLAWS", "Bayraktar", "Staged Tiles",
+               "Radius Tree"):
+    # FENNS, Radix Sort, CLAWS, Bayraktar, Staged Tiles and Radius Tree run on CUDA only: compare them with the CPU's Counting Sort.
     cpu_method = method if method in ("Auto", "Counting Sort", "Brute Force") else "Counting Sort"
     for kernel in T.KERNELS:
         gpu, err = run("CUDA", "Density", method, kernel, MassArray=["POINTS", "mass"])

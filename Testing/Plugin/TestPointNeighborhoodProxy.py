@@ -96,7 +96,7 @@ enumerations = {
     "Normalization": {"Shepard": 0, "SPH": 1},
     "Backend": {"Auto": 0, "CUDA": 1, "CPU": 2},
     "Method": {"Auto": 0, "Counting Sort": 1, "Brute Force": 2, "FENNS": 3, "Radix Sort": 4, "CLAWS": 5,
-               "Bayraktar": 6, "Staged Tiles": 7},
+               "Bayraktar": 6, "Staged Tiles": 7, "Radius Tree": 8},
 }
 for name, entries in enumerations.items():
     domain = f.GetProperty(name).SMProperty.FindDomain("vtkSMEnumerationDomain")

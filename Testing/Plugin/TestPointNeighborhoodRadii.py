@@ -222,7 +222,7 @@ if BACKEND == "CUDA" and probe_out.GetNumberOfPoints() == 0 and NOT_USABLE in pr
 
 methods = ["Auto", "Counting Sort", "Brute Force"]
 if BACKEND == "CUDA":
-    methods += ["FENNS", "Radix Sort", "CLAWS", "Bayraktar", "Staged Tiles"]
+    methods += ["FENNS", "Radix Sort", "CLAWS", "Bayraktar", "Staged Tiles", "Radius Tree"]
 
 references = {}
 for mode in MODES:
