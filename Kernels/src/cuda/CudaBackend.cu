@@ -355,7 +355,6 @@ public:
     report_ = &report;
     stageMarks_.clear();
     eventsUsed_ = 0;
-    const std::int64_t n = problem.count;
     const ProgressReporter& progress = *problem.progress;
     if (problem.operation == Operation::SmoothingLength)
     {
@@ -371,13 +370,7 @@ public:
     const Method chosen = problem.method == Method::Auto ? chooseMethod(problem) : problem.method;
     report.method = chosen;
     method_ = methodFor(chosen);
-    run_ = CudaRun{};
-    run_.problem = &problem;
-    run_.report = &report;
-    run_.stream = stream_;
-    run_.device = &device_;
-    run_.count = n;
-    run_.input = input_;
+    startRun(problem, report);
     planMemory(problem);
     run_.decided = decided_.ensure(1, "decision counter");
     NG_CUDA_CHECK(cudaMemsetAsync(run_.decided, 0, sizeof(unsigned long long), stream_), "clearing the decision counter");
@@ -413,10 +406,9 @@ public:
     collectStageTimes(report);
   }
 
-  /// Smoothing Length: its own grids and search (KthNeighbor.h), then the download.
-  void runSmoothingLength(const Problem& problem, Report& report)
+  /// What the run's kernels see of this problem (CudaRun), before any method or search.
+  void startRun(const Problem& problem, Report& report)
   {
-    report.method = Method::RadixSort; // its grids are grouped by Green's radix sort
     run_ = CudaRun{};
     run_.problem = &problem;
     run_.report = &report;
@@ -424,6 +416,30 @@ public:
     run_.device = &device_;
     run_.count = problem.count;
     run_.input = input_;
+  }
+
+  /// A radius-layer search's results for `queries` queries: counts or terms() sums a query.
+  void downloadRadiusResults(const RadiusPass& pass, const void* output, std::size_t queries, Report& report)
+  {
+    Timer timer;
+    if (pass.sum == RadiusSum::Count)
+    {
+      transfers_.download(pass.counts, output, queries * sizeof(std::int32_t), stream_, "downloading results");
+    }
+    else
+    {
+      transfers_.download(pass.sums, output, queries * std::size_t(pass.terms()) * sizeof(float), stream_,
+        "downloading results");
+    }
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "waiting for the results");
+    addStage(report, "download", timer.milliseconds());
+  }
+
+  /// Smoothing Length: its own grids and search (KthNeighbor.h), then the download.
+  void runSmoothingLength(const Problem& problem, Report& report)
+  {
+    report.method = Method::RadixSort; // its grids are grouped by Green's radix sort
+    startRun(problem, report);
     const std::int64_t queries = problem.kthQueries;
     checkFits(CudaKthNeighbor::plannedBytes(problem) + 4 * queries, std::int64_t(deviceRaw_.bytes()) +
         (problem.images > 0 ? images_.heldBytes() : 0), problem.count,
@@ -450,13 +466,7 @@ public:
   {
     const RadiusPass& pass = *p.radiusPass;
     report.method = Method::RadiusTree;
-    run_ = CudaRun{};
-    run_.problem = &p;
-    run_.report = &report;
-    run_.stream = stream_;
-    run_.device = &device_;
-    run_.count = p.count;
-    run_.input = input_;
+    startRun(p, report);
     const std::size_t n = static_cast<std::size_t>(p.count);
     const bool sumsValues = pass.sum == RadiusSum::Smoothing || pass.sum == RadiusSum::Gradient;
     const int c = sumsValues ? pass.components : 0;
@@ -503,17 +513,7 @@ public:
     });
     NG_CUDA_CHECK_LAUNCH("search");
     stage("search", built, mark());
-    Timer timer;
-    if (pass.sum == RadiusSum::Count)
-    {
-      transfers_.download(pass.counts, output, n * sizeof(std::int32_t), stream_, "downloading results");
-    }
-    else
-    {
-      transfers_.download(pass.sums, output, n * terms * sizeof(float), stream_, "downloading results");
-    }
-    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "waiting for the results");
-    addStage(report, "download", timer.milliseconds());
+    downloadRadiusResults(pass, output, n, report);
     report.device = device_.name;
     report.extraDeviceBytes = tree_.heldBytes();
     collectStageTimes(report);
@@ -679,17 +679,7 @@ public:
     unsigned long long decided = 0;
     NG_CUDA_CHECK(cudaMemcpyAsync(&decided, run_.decided, sizeof decided, cudaMemcpyDeviceToHost, stream_),
       "reading the decision counter");
-    Timer timer;
-    if (pass.sum == RadiusSum::Count)
-    {
-      transfers_.download(pass.counts, output, m * sizeof(std::int32_t), stream_, "downloading results");
-    }
-    else
-    {
-      transfers_.download(pass.sums, output, m * terms * sizeof(float), stream_, "downloading results");
-    }
-    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "waiting for the results");
-    addStage(*report_, "download", timer.milliseconds());
+    downloadRadiusResults(pass, output, m, *report_);
     report_->pairsDecidedInDouble = static_cast<std::int64_t>(decided);
   }
 
