@@ -2,6 +2,7 @@
 
 #include <vtkDataSetAttributes.h>
 #include <vtkMultiProcessController.h>
+#include <vtkCommunicator.h>
 #include <vtkSMPTools.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <exception>
 #include <memory>
 #include <numeric>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -758,7 +760,6 @@ public:
   Report MergedReport() const;
 
 private:
-  void RejectUnsupportedGhosts() const;
   void MeasureHaloWidth();
   void AgreeWithOtherRanks();
   void ExtendedDensities();
@@ -766,7 +767,14 @@ private:
   void AnswerGhostPoints();
   GhostAnswers QueryGhostPoints();
   double LocalSmoothingLengthReach();
-  void AnswerGhostSmoothingLengths();
+  void AnswerGhostCopies();
+  /// Whether ghost points take their particle's results (AnswerGhostCopies) because a query at
+  /// their position cannot give them: Smoothing Length, per-particle radii, the gradient. From
+  /// what the ranks agreed on (a rank without points has no radii array), so all take one path.
+  bool GhostsCopyTheirParticle() const
+  {
+    return this->smoothingLength || this->sendRadii || this->request.operation == Operation::Gradient;
+  }
 
   // The run as the filter asked for it.
   neighborgrid::Engine& engine;
@@ -840,7 +848,6 @@ void DistributedRun::FindOwnershipAndRegion(const unsigned char* ghostFlags, Clo
   {
     this->owned = OwnershipOf(ghostFlags, this->particles.count);
     AddPoints(this->region, this->particles);
-    this->RejectUnsupportedGhosts();
     if (this->separate && this->queryCount > 0 && this->request.queryGrid.empty())
     {
       AddPoints(this->region, this->request.points);
@@ -858,21 +865,6 @@ void DistributedRun::FindOwnershipAndRegion(const unsigned char* ghostFlags, Clo
   this->summary.prologueMilliseconds = MillisecondsSince(prologueBegan); // this rank's own work only
   AgreeAllSucceeded(this->controller, this->failure);
   this->regions[static_cast<std::size_t>(this->summary.rank)] = this->region;
-}
-
-/// Ghost points among the particles are answered by a query at their position over the
-/// particles, which takes neither a gradient (grad f_i needs f_i) nor a radius of its own
-/// (Gather, Symmetric). (With separate queries they are only left out of the particles.)
-void DistributedRun::RejectUnsupportedGhosts() const
-{
-  const bool radiiOrGradient = this->request.radii || this->request.operation == Operation::Gradient;
-  if (radiiOrGradient && !this->owned.ghosts.empty() && !this->separate)
-  {
-    throw Error("NeighborGrid: point " + std::to_string(this->owned.ghosts[0]) +
-      " is a ghost point (vtkGhostType DUPLICATEPOINT); " +
-      (this->request.radii ? "a radius array (per-particle radii)" : "the Gradient operation") +
-      " is not supported with ghost points yet: remove them first (Remove Ghost Information)");
-  }
 }
 
 /// The halo: every rank sends each other rank its owned particles within reach of that rank's
@@ -1137,7 +1129,7 @@ void DistributedRun::Compute()
       WriteOwnedResults(this->request, this->owned, this->extCounts,
         this->sph ? this->rho.data() : this->extDensity.data(), this->extSupport.data(), this->extOutputs,
         this->outputsPerComponent);
-      if (!this->smoothingLength)
+      if (!this->GhostsCopyTheirParticle())
       {
         this->AnswerGhostPoints();
       }
@@ -1148,9 +1140,9 @@ void DistributedRun::Compute()
     this->failure = std::current_exception();
   }
   AgreeAllSucceeded(this->controller, this->failure);
-  if (this->smoothingLength && !this->separate)
+  if (this->GhostsCopyTheirParticle() && !this->separate)
   {
-    this->AnswerGhostSmoothingLengths();
+    this->AnswerGhostCopies();
   }
 }
 
@@ -1280,20 +1272,137 @@ double DistributedRun::LocalSmoothingLengthReach()
   return largest * (1.0 + 1e-6);
 }
 
-/// Smoothing Length at the ghost points: a ghost point is a copy of a particle another rank (or
-/// this one) owns, at the same position; and points at one position have the same k-th nearest
-/// other point (each is the other's neighbor at distance 0). So a ghost takes the result of the
-/// owned or halo particle at its position, the halo's from their owners. Collective.
-void DistributedRun::AnswerGhostSmoothingLengths()
+/// The results of particles as a ghost copy of one takes them: this rank's outputs (its owned
+/// particles, by index) or what the owners of its halo sent (by position in that rank's halo).
+struct ParticleResults
 {
-  std::vector<std::vector<float>> haloResults(static_cast<std::size_t>(this->summary.ranks));
+  const std::int32_t* counts = nullptr;
+  const float* density = nullptr;
+  const float* supportRadius = nullptr;
+  std::vector<const float*> outputs; // per array: the request's output width per particle
+
+  /// Particle i's results into point `to` of the request's outputs.
+  void CopyTo(const Request& r, std::int64_t i, std::int64_t to, int outputsPerComponent) const
+  {
+    if (r.neighborCount)
+    {
+      r.neighborCount[to] = counts[i];
+    }
+    if (r.density)
+    {
+      r.density[to] = density[i];
+    }
+    if (r.supportRadius)
+    {
+      r.supportRadius[to] = supportRadius[i];
+    }
+    for (std::size_t a = 0; a < r.smoothed.size(); ++a)
+    {
+      const int c = r.smoothed[a].components * outputsPerComponent;
+      std::copy_n(outputs[a] + i * c, c, r.smoothed[a].output + to * c);
+    }
+  }
+};
+
+/// Per rank, the results of the particles this rank sent it as halo (zeros for an output this
+/// rank does not have: every rank takes part in every exchange). Collective.
+struct HaloResults
+{
+  std::vector<std::vector<std::int32_t>> counts;
+  std::vector<std::vector<float>> density, supportRadius;
+  std::vector<std::vector<std::vector<float>>> outputs; // per array, per rank
+
+  static HaloResults FromOwners(vtkMultiProcessController* controller, const Request& r,
+    const std::vector<std::vector<std::int64_t>>& sendIndices, int outputsPerComponent)
+  {
+    HaloResults h;
+    auto exchange = [&](auto* values, int width) {
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(values)>>;
+      return ExchangeWithEveryRank(controller, Gathered<T>(width, sendIndices, [&](std::int64_t i, int c) {
+        return values ? values[i * width + c] : T(0);
+      }));
+    };
+    h.counts = exchange(r.neighborCount, 1);
+    h.density = exchange(r.density, 1);
+    h.supportRadius = exchange(r.supportRadius, 1);
+    for (const auto& array : r.smoothed)
+    {
+      h.outputs.push_back(exchange(array.output, array.components * outputsPerComponent));
+    }
+    return h;
+  }
+
+  ParticleResults From(std::size_t rank) const
+  {
+    ParticleResults p;
+    p.counts = counts[rank].data();
+    p.density = density[rank].data();
+    p.supportRadius = supportRadius[rank].data();
+    for (const auto& perRank : outputs)
+    {
+      p.outputs.push_back(perRank[rank].data());
+    }
+    return p;
+  }
+};
+
+/// The attributes that make a particle's result its own beyond its position: its radius (Gather
+/// and Symmetric take it) and, for the gradient, its values (f_i).
+struct ParticleAttributes
+{
+  const float* radius = nullptr;
+  std::vector<std::pair<const float*, int>> values; // per array: the values and their components
+
+  bool Same(std::int64_t i, const ParticleAttributes& other, std::int64_t j) const
+  {
+    if (radius && !(radius[i] == other.radius[j]))
+    {
+      return false;
+    }
+    for (std::size_t a = 0; a < values.size(); ++a)
+    {
+      const int c = values[a].second;
+      if (!std::equal(values[a].first + i * c, values[a].first + (i + 1) * c, other.values[a].first + j * c))
+      {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+/// Ghost points whose result no query at their position gives: Smoothing Length, per-particle
+/// radii (a ghost has its particle's radius) and the gradient (its particle's value). A ghost
+/// point is a copy of a particle that this rank or another owns: it takes the results of the
+/// owned or halo particle at its position with the same radius and values, the halo's from their
+/// owners. Collective.
+void DistributedRun::AnswerGhostCopies()
+{
+  const int outputs = this->outputsPerComponent;
+  const Request& r = this->request;
+  int mine = this->owned.ghosts.empty() ? 0 : 1, any = mine;
   if (this->summary.ranks > 1)
   {
-    haloResults = ExchangeWithEveryRank(this->controller, Gathered(this->request.supportRadius, 1, this->sendIndices));
+    this->controller->AllReduce(&mine, &any, 1, vtkCommunicator::MAX_OP);
+  }
+  if (!any)
+  {
+    return;
+  }
+  HaloResults haloResults;
+  if (this->summary.ranks > 1)
+  {
+    haloResults = HaloResults::FromOwners(this->controller, r, this->sendIndices, outputs);
   }
   try
   {
-    const std::vector<std::int64_t>& ghosts = this->owned.ghosts;
+    const bool gradient = r.operation == Operation::Gradient;
+    ParticleAttributes ghostAttributes;
+    ghostAttributes.radius = this->sendRadii ? r.radii : nullptr;
+    for (std::size_t a = 0; gradient && a < r.smoothed.size(); ++a)
+    {
+      ghostAttributes.values.emplace_back(r.smoothed[a].values, r.smoothed[a].components);
+    }
     using Position = std::array<double, 3>;
     struct PositionHash
     {
@@ -1308,41 +1417,71 @@ void DistributedRun::AnswerGhostSmoothingLengths()
       }
     };
     std::unordered_map<Position, std::vector<std::int64_t>, PositionHash> ghostsAt;
-    for (const std::int64_t g : ghosts)
+    for (const std::int64_t g : this->owned.ghosts)
     {
       Position x;
       ReadPoint(this->particles, g, x.data());
       ghostsAt[x].push_back(g);
     }
-    auto answer = [&](const Position& x, float value) {
+    // The ghosts at x with the attributes of particle i of `from` take its results.
+    auto answer = [&](const Position& x, const ParticleAttributes& attributes, const ParticleResults& results,
+                    std::int64_t i) {
       const auto found = ghostsAt.find(x);
-      if (found != ghostsAt.end())
+      if (found == ghostsAt.end())
       {
-        for (const std::int64_t g : found->second)
-        {
-          this->request.supportRadius[g] = value;
-        }
+        return;
+      }
+      std::vector<std::int64_t>& waiting = found->second;
+      waiting.erase(std::remove_if(waiting.begin(), waiting.end(),
+                      [&](std::int64_t g) {
+                        const bool copy = ghostAttributes.Same(g, attributes, i);
+                        if (copy)
+                        {
+                          results.CopyTo(r, i, g, outputs);
+                        }
+                        return copy;
+                      }),
+        waiting.end());
+      if (waiting.empty())
+      {
         ghostsAt.erase(found);
       }
     };
+    ParticleResults ownResults;
+    ownResults.counts = r.neighborCount;
+    ownResults.density = r.density;
+    ownResults.supportRadius = r.supportRadius;
+    for (const auto& array : r.smoothed)
+    {
+      ownResults.outputs.push_back(array.output);
+    }
     for (std::int64_t k = 0; k < this->owned.count && !ghostsAt.empty(); ++k)
     {
       Position x;
       ReadPoint(this->particles, this->owned[k], x.data());
-      answer(x, this->request.supportRadius[this->owned[k]]);
+      answer(x, ghostAttributes, ownResults, this->owned[k]);
     }
-    for (std::size_t from = 0; from < haloResults.size() && !ghostsAt.empty(); ++from)
+    for (std::size_t from = 0; from < haloResults.counts.size() && !ghostsAt.empty(); ++from)
     {
       const std::vector<double>& xyz = this->halo.xyz[from];
-      for (std::size_t m = 0; m < haloResults[from].size() && !ghostsAt.empty(); ++m)
+      ParticleAttributes haloAttributes;
+      haloAttributes.radius = this->sendRadii ? this->halo.radii[from].data() : nullptr;
+      for (std::size_t a = 0; gradient && a < r.smoothed.size(); ++a)
       {
-        answer(Position{ xyz[3 * m], xyz[3 * m + 1], xyz[3 * m + 2] }, haloResults[from][m]);
+        haloAttributes.values.emplace_back(this->halo.values[a][from].data(), r.smoothed[a].components);
+      }
+      const ParticleResults results = haloResults.From(from);
+      for (std::size_t m = 0; m < xyz.size() / 3 && !ghostsAt.empty(); ++m)
+      {
+        answer(Position{ xyz[3 * m], xyz[3 * m + 1], xyz[3 * m + 2] }, haloAttributes, results,
+          static_cast<std::int64_t>(m));
       }
     }
     if (!ghostsAt.empty())
     {
       throw Error("NeighborGrid: point " + std::to_string(ghostsAt.begin()->second[0]) +
-        " is a ghost point (vtkGhostType DUPLICATEPOINT), but no rank owns a point at its position");
+        " is a ghost point (vtkGhostType DUPLICATEPOINT), but no rank owns a point at its position" +
+        (this->sendRadii || gradient ? " with the same radius and values" : ""));
     }
   }
   catch (...)

@@ -443,6 +443,11 @@ struct Engine::Impl
   void checkInputs(const Request& request) const;
   /// A validated open-box request: one run, or slabs where it does not fit (Slabs.h).
   Report runOpen(const Request& request);
+  /// A validated open-box request with radii or a gradient (Radii.h): the radius layer in one
+  /// run, or in each slab where it does not fit (the halo as wide as the largest radius).
+  Report runRadiusLayer(const Request& request);
+  /// The slab layer's view of the backend that runs `request`; runPiece runs one slab.
+  detail::SlabBackend slabBackendFor(const Request& request, std::function<Report(const Request&)> runPiece);
   /// Operation::SmoothingLength, validated here (SmoothingLength.h).
   Report runSmoothingLength(const Request& request);
   /// Whether the radius layer's sums run as one whole-rule search each (RadiusPass::wholeRule):
@@ -723,13 +728,12 @@ void Engine::Impl::checkInputs(const Request& request) const
   }
 }
 
-Report Engine::Impl::runOpen(const Request& request)
+detail::SlabBackend Engine::Impl::slabBackendFor(
+  const Request& request, std::function<Report(const Request&)> runPiece)
 {
-  checkInputs(request);
-
   detail::SlabBackend slabBackend;
   slabBackend.threads = threads;
-  slabBackend.runOnce = [this](const Request& piece) { return runOnce(piece); };
+  slabBackend.runOnce = std::move(runPiece);
   slabBackend.bytesNeeded = [this](const Request& whole, const double lo[3], const double hi[3]) {
     Backend backend;
     std::string reason;
@@ -738,6 +742,10 @@ Report Engine::Impl::runOpen(const Request& request)
     detail::Problem problem = makeProblem(whole, progress);
     std::copy(lo, lo + 3, problem.lo);
     std::copy(hi, hi + 3, problem.hi);
+    if (whole.radii)
+    {
+      problem.radius = detail::largestRadiusOf(whole, threads); // an estimate: a search of that radius
+    }
     return implementation.bytesNeeded(problem);
   };
   slabBackend.bytesAvailable = [this, &request]() {
@@ -745,7 +753,24 @@ Report Engine::Impl::runOpen(const Request& request)
     std::string reason;
     return backendFor(request, backend, reason).bytesAvailable();
   };
-  return detail::runFitting(request, slabBackend);
+  return slabBackend;
+}
+
+Report Engine::Impl::runOpen(const Request& request)
+{
+  checkInputs(request);
+  return detail::runFitting(request, slabBackendFor(request, [this](const Request& piece) { return runOnce(piece); }));
+}
+
+Report Engine::Impl::runRadiusLayer(const Request& request)
+{
+  const bool wholeRule = radiusTreeSearches(request);
+  const detail::RadiusSearch search = [this](const Request& one, const detail::RadiusPass& pass) {
+    return runOnce(one, &pass);
+  };
+  return detail::runFitting(request, slabBackendFor(request, [this, &search, wholeRule](const Request& piece) {
+    return detail::runWithRadii(piece, threads, search, wholeRule);
+  }));
 }
 
 Report Engine::Impl::runSmoothingLength(const Request& request)
@@ -822,11 +847,7 @@ Report Engine::run(const Request& given)
   if (detail::usesRadiusLayer(request))
   {
     impl_->checkInputs(request);
-    const detail::OpenRun radiusRun = [this](const Request& open) {
-      return detail::runWithRadii(open, impl_->threads, [this](const Request& search, const detail::RadiusPass& pass) {
-        return impl_->runOnce(search, &pass);
-      }, impl_->radiusTreeSearches(open));
-    };
+    const detail::OpenRun radiusRun = [this](const Request& open) { return impl_->runRadiusLayer(open); };
     if (detail::isPeriodic(request))
     {
       return detail::runPeriodicWithRadii(request, impl_->threads, radiusRun, impl_->periodicScratch);

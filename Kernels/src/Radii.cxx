@@ -355,16 +355,9 @@ private:
           return parent((done + fraction) / total, stage);
         };
       }
-      Report searched;
-      try
-      {
-        searched = search_(q, pass);
-      }
-      catch (const DoesNotFit& error)
-      {
-        throw Error(std::string(error.what()) +
-          ". With per-particle radii or a gradient a request runs in one run of the backend (no slabs yet)");
-      }
+      // A search that does not fit throws DoesNotFit before any output is written: the engine
+      // then runs the request in slabs (Slabs.h), this layer in each.
+      const Report searched = search_(q, pass);
       merge(searched);
       ++searchesDone_;
       const std::vector<std::int64_t>* members = s.levelIsQueries && !level.all ? &level.members : nullptr;

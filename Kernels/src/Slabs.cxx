@@ -22,6 +22,7 @@
 
 #include "Backend.h"
 #include "Parallel.h"
+#include "Radii.h"
 #include "Timer.h"
 
 #include <algorithm>
@@ -189,7 +190,7 @@ struct Prepared
   std::int64_t ownParticles = 0;
   HostArray<std::int64_t> queries;   // QueryPoints: the slab's own queries
   HostArray<char> particleXyz, queryXyz;
-  HostArray<float> mass, volumes;
+  HostArray<float> mass, volumes, radii;
   std::vector<HostArray<float>> values;
   HostArray<std::int32_t> count;
   HostArray<float> density;
@@ -322,6 +323,13 @@ void mergeReport(Report& total, const Report& part, bool takeIdentity)
   total.slabHaloPoints += part.slabHaloPoints;
 }
 
+/// How far a slab's halo reaches: R, or with per-particle radii the largest one (every mode takes
+/// a pair within max(R_i, R_j) at most).
+double haloRadius(const Request& r, int threads)
+{
+  return r.radii ? largestRadiusOf(r, threads) : r.radius;
+}
+
 std::string bytesText(std::int64_t bytes)
 {
   std::ostringstream s;
@@ -334,7 +342,9 @@ class SlabRun
 {
 public:
   SlabRun(const Request& request, const SlabBackend& backend, double progressBase, double progressSpan)
-    : r_(request), backend_(backend), base_(progressBase), span_(progressSpan)
+    : r_(request), backend_(backend), base_(progressBase), span_(progressSpan),
+      reach_(haloRadius(request, backend.threads)),
+      outputsPerComponent_(request.operation == Operation::Gradient ? 3 : 1)
   {
     const bool separate = hasSeparateSource(request);
     particles_ = separate ? request.source : request.points;
@@ -527,7 +537,7 @@ private:
     Prepared& p = *out;
     p.piece = piece;
     const int threads = backend_.threads;
-    const double radius = r_.radius;
+    const double radius = reach_;
     auto position = [](const Points& points, std::int64_t i, double x[3]) {
       for (int a = 0; a < 3; ++a)
       {
@@ -593,7 +603,11 @@ private:
     {
       gatherValues(r_.mass, 1, p.particles, threads, p.mass);
     }
-    if (r_.operation == Operation::Smoothing)
+    if (r_.radii)
+    {
+      gatherValues(r_.radii, 1, p.particles, threads, p.radii);
+    }
+    if (r_.operation == Operation::Smoothing || r_.operation == Operation::Gradient)
     {
       p.values.resize(r_.smoothed.size());
       for (std::size_t a = 0; a < r_.smoothed.size(); ++a)
@@ -631,7 +645,7 @@ private:
       p.smoothed.resize(r_.smoothed.size());
       for (std::size_t a = 0; a < r_.smoothed.size(); ++a)
       {
-        p.smoothed[a].resize(runResults * r_.smoothed[a].components);
+        p.smoothed[a].resize(runResults * width(a));
       }
     }
     auto output = [&](auto* callers, auto& mine, std::int64_t components) {
@@ -643,7 +657,7 @@ private:
     std::vector<float*> smoothed;
     for (std::size_t a = 0; a < r_.smoothed.size(); ++a)
     {
-      smoothed.push_back(direct ? r_.smoothed[a].output + offset * r_.smoothed[a].components : p.smoothed[a].data());
+      smoothed.push_back(direct ? r_.smoothed[a].output + offset * width(a) : p.smoothed[a].data());
     }
 
     if (sources == 0)
@@ -665,8 +679,7 @@ private:
         }
         for (std::size_t a = 0; a < smoothed.size(); ++a)
         {
-          std::fill(smoothed[a] + k * r_.smoothed[a].components, smoothed[a] + (k + 1) * r_.smoothed[a].components,
-            r_.nullValue);
+          std::fill(smoothed[a] + k * width(a), smoothed[a] + (k + 1) * width(a), r_.nullValue);
         }
       }
       Report empty;
@@ -707,6 +720,7 @@ private:
     }
     s.mass = p.mass.empty() ? nullptr : p.mass.data();
     s.particleVolumes = p.volumes.empty() ? nullptr : p.volumes.data();
+    s.radii = r_.radii ? p.radii.data() : nullptr;
     for (std::size_t a = 0; a < s.smoothed.size(); ++a)
     {
       s.smoothed[a].values = p.values[a].data();
@@ -845,7 +859,7 @@ private:
         }
         for (std::size_t a = 0; a < p.smoothed.size(); ++a)
         {
-          const int c = r_.smoothed[a].components;
+          const std::int64_t c = width(a);
           std::copy(p.smoothed[a].data() + k * c, p.smoothed[a].data() + (k + 1) * c, r_.smoothed[a].output + to * c);
         }
       }
@@ -854,9 +868,14 @@ private:
 
   std::int64_t sumCounts() const { return parallelSum(backend_.threads, r_.neighborCount, results_); }
 
+  /// Output floats per point of smoothed array a (the gradient: 3 per component).
+  std::int64_t width(std::size_t a) const { return std::int64_t(r_.smoothed[a].components) * outputsPerComponent_; }
+
   const Request& r_;
   const SlabBackend& backend_;
   double base_, span_;
+  double reach_; // the halo's width: R, or the largest per-particle radius
+  int outputsPerComponent_;
   Points particles_;
   double scatterMs_ = 0.0; // written by one scatter at a time, read after the last is joined
   Mode mode_ = Mode::Particles;
@@ -899,7 +918,7 @@ int slabsFor(const Request& r, const SlabBackend& backend)
     std::ceil(double(particles.count) / perRun), std::ceil(double(queries) / perRun) });
   // Slabs thinner than 2R would each run with more halo than points of their own.
   const double extent = hi[longestAxis(lo, hi)] - lo[longestAxis(lo, hi)];
-  if (slabs > 4.0 && extent / slabs < 2.0 * r.radius)
+  if (slabs > 4.0 && extent / slabs < 2.0 * haloRadius(r, backend.threads))
   {
     std::ostringstream s;
     s << "NeighborGrid: the memory a run can have (" << bytesText(backend.bytesAvailable())
@@ -913,11 +932,14 @@ int slabsFor(const Request& r, const SlabBackend& backend)
 
 Report runPieces(const Request& r, const SlabBackend& backend, double base, double span)
 {
-  if (!(r.operation == Operation::Smoothing && r.normalization == Normalization::SPH && !r.particleVolumes))
+  const bool weighs = r.operation == Operation::Gradient ||
+    (r.operation == Operation::Smoothing && r.normalization == Normalization::SPH);
+  if (!weighs || r.particleVolumes)
   {
     return SlabRun(r, backend, base, span).run(slabsFor(r, backend));
   }
-  // SPH: rho_j of every particle first, then the smoothing with V_j = m_j / rho_j.
+  // SPH smoothing and the gradient: rho_j of every particle first (a halo point's own halo lies
+  // beyond the slab's), then the sums with V_j = m_j / rho_j.
   const bool separate = hasSeparateSource(r);
   const Points particles = separate ? r.source : r.points;
   HostArray<float> rho;

@@ -1071,6 +1071,95 @@ int runRadii(std::int64_t n, int runs, std::ofstream& csv)
   return 0;
 }
 
+/// --radii-slabs=N [--memory-limit=BYTES]: --radii's clustered cloud of N particles in the
+/// periodic box [0, 200)^3 with their radii (Gather), Auto: neighbor counts and density in one run,
+/// then in slabs under the memory limit (default 1 GiB), `runs` each. Checked: every count of the
+/// slab run equals the one-run count, densities to 1e-5 relative. CSV: device,table,n,scene,
+/// operation,method,one_run_ms,slabs_ms,slabs,slab_halo_points,points_differing,max_relative_difference
+/// (end to end, medians).
+int runRadiiSlabs(std::int64_t n, std::int64_t memoryLimit, int runs, std::ofstream& csv)
+{
+  const double box = 200.0;
+  const std::size_t count = static_cast<std::size_t>(n);
+  std::vector<float> xyz, radii, mass(count, 1.0f), field;
+  makeClusteredCloud(n, xyz, radii, field);
+  const std::string header = "device,table,n,scene,operation,method,one_run_ms,slabs_ms,slabs,slab_halo_points,"
+                             "points_differing,max_relative_difference\n";
+  std::printf("%s", header.c_str());
+  if (csv)
+  {
+    csv << header;
+  }
+  Request r;
+  r.points = Points(xyz.data(), n);
+  r.radii = radii.data();
+  r.smoothingLengthMode = SmoothingLengthMode::Gather;
+  r.mass = mass.data();
+  for (int a = 0; a < 3; ++a)
+  {
+    r.periodic[a] = true;
+    r.boxLengths[a] = box;
+  }
+  Engine whole, sliced;
+  sliced.setMemoryLimit(memoryLimit > 0 ? memoryLimit : (std::int64_t(1) << 30));
+  for (Operation operation : { Operation::NeighborCount, Operation::Density })
+  {
+    std::vector<std::int32_t> wantCount, gotCount;
+    std::vector<float> wantRho, gotRho;
+    auto outputsFor = [&](Request& q, std::vector<std::int32_t>& counts, std::vector<float>& rho) {
+      q.operation = operation;
+      counts.assign(operation == Operation::NeighborCount ? count : 0, -1);
+      rho.assign(operation == Operation::Density ? count : 0, -1.0f);
+      q.neighborCount = counts.empty() ? nullptr : counts.data();
+      q.density = rho.empty() ? nullptr : rho.data();
+    };
+    Request one = r, cut = r;
+    outputsFor(one, wantCount, wantRho);
+    outputsFor(cut, gotCount, gotRho);
+    std::vector<double> oneResident, oneWall, slabResident, slabWall;
+    Report oneReport, slabReport;
+    if (!timedRuns(whole, one, runs, oneResident, oneWall, oneReport) ||
+      !timedRuns(sliced, cut, runs, slabResident, slabWall, slabReport))
+    {
+      return 1;
+    }
+    std::int64_t differing = 0;
+    double worst = 0.0;
+    for (std::size_t i = 0; i < count; ++i)
+    {
+      if (operation == Operation::NeighborCount)
+      {
+        differing += gotCount[i] != wantCount[i];
+      }
+      else
+      {
+        const double difference = std::fabs(double(gotRho[i]) - wantRho[i]) / std::fabs(double(wantRho[i]));
+        differing += !(difference <= 1e-5);
+        worst = std::max(worst, std::isfinite(difference) ? difference : 1e300);
+      }
+    }
+    std::ostringstream line;
+    line << slabReport.device << ",radii-slabs," << n << "," << box << ",periodic " << toString(operation)
+         << " (Gather)," << toString(slabReport.method) << "," << median(oneWall) << "," << median(slabWall) << ","
+         << slabReport.slabs << "," << slabReport.slabHaloPoints << "," << differing << "," << worst << "\n";
+    std::printf("%s", line.str().c_str());
+    if (csv)
+    {
+      csv << line.str();
+    }
+    std::fprintf(stderr, "  one run: slabs %lld, %lld periodic images; slabs: %lld, halo %lld points; stages:",
+      static_cast<long long>(oneReport.slabs), static_cast<long long>(oneReport.periodicImages),
+      static_cast<long long>(slabReport.slabs), static_cast<long long>(slabReport.slabHaloPoints));
+    for (const auto& stage : slabReport.stages)
+    {
+      std::fprintf(stderr, " %s %.1f ms", stage.stage.c_str(), stage.milliseconds);
+    }
+    std::fprintf(stderr, "\n");
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 /// --smoothing-length=N: Smoothing Length (k = 64) of N uniform random points (the 4M row's
 /// density: box 90 at 4M, about 80 neighbors within 1.5) and of --radii's clustered cloud, Auto,
 /// median of `runs`: device-resident (grids and searches) and end to end, with the levels searched
@@ -1149,7 +1238,7 @@ int main(int argc, char** argv)
   bool periodicTable = false;
   std::int64_t slabPoints = 0, memoryLimit = 0, pointCount = 67108864;
   int ranks = 0;
-  std::int64_t radiiPoints = 0;
+  std::int64_t radiiPoints = 0, radiiSlabPoints = 0;
   std::int64_t smoothingLengthPoints = 0;
   for (int i = 1; i < argc; ++i)
   {
@@ -1212,6 +1301,10 @@ int main(int argc, char** argv)
     {
       smoothingLengthPoints = std::max<std::int64_t>(1000, std::atoll(a.c_str() + 19));
     }
+    else if (a.rfind("--radii-slabs=", 0) == 0)
+    {
+      radiiSlabPoints = std::max<std::int64_t>(1000, std::atoll(a.c_str() + 14));
+    }
     else if (a.rfind("--radii=", 0) == 0)
     {
       radiiPoints = std::max<std::int64_t>(1000, std::atoll(a.c_str() + 8));
@@ -1225,7 +1318,8 @@ int main(int argc, char** argv)
       std::fprintf(stderr,
         "usage: %s [--table=headline|issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|cpu|all|smoke]\n"
         "          [--runs=N] [--csv=FILE] [--volume=N] [--periodic] [--operations=N]\n"
-        "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]] [--radii=N] [--smoothing-length=N]\n"
+        "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]] [--radii=N] [--radii-slabs=N]\n"
+        "          [--smoothing-length=N]\n"
         "          [--methods=counting-sort,radix-sort,fenns,claws,bayraktar,staged-tiles,brute-force,auto] [--cpu] [--roofline]\n",
         argv[0]);
       return 2;
@@ -1262,6 +1356,10 @@ int main(int argc, char** argv)
   if (slabPoints > 0)
   {
     return runSlabs(slabPoints, memoryLimit, runs, csv);
+  }
+  if (radiiSlabPoints > 0)
+  {
+    return runRadiiSlabs(radiiSlabPoints, memoryLimit, runs, csv);
   }
   if (radiiPoints > 0)
   {
