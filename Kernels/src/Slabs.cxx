@@ -11,9 +11,11 @@
 //    caller's arrays, which the planes fill contiguously.
 // A slab that still does not fit (its halo, or a cluster) is cut in two at the median of its
 // own points along its longest axis, until it fits or cannot be cut (then a clear error).
-// SPH smoothing needs rho_j at every neighbor j, also in the halo: a density pass over the
-// particles in slabs gives V_j = m_j / rho_j, and the smoothing runs in slabs with those volumes
-// (Request::particleVolumes), as a distributed run does for its halo.
+// SPH smoothing and the gradient need rho_j at every neighbor j, also in the halo: a density pass
+// over the particles in slabs gives V_j = m_j / rho_j, and the sums run in slabs with those
+// volumes (Request::particleVolumes), as a distributed run does for its halo. With per-particle
+// radii (Request::radii) the halo is as wide as the largest radius and each slab runs the radius
+// layer (Radii.h) on its points.
 //
 // Overlap: a helper thread gathers the next slab's points and arrays and scatters the last
 // slab's results while the backend works on the current slab (for CUDA: its upload, sort,
@@ -916,14 +918,15 @@ int slabsFor(const Request& r, const SlabBackend& backend)
   const double perRun = 0.9 * double(maxPointsPerRun);
   const double slabs = std::max({ 2.0, std::ceil(perShare / (usable - fixed)),
     std::ceil(double(particles.count) / perRun), std::ceil(double(queries) / perRun) });
-  // Slabs thinner than 2R would each run with more halo than points of their own.
+  // Slabs thinner than 2R (R: the halo's width) would each run with more halo than points of their own.
   const double extent = hi[longestAxis(lo, hi)] - lo[longestAxis(lo, hi)];
   if (slabs > 4.0 && extent / slabs < 2.0 * haloRadius(r, backend.threads))
   {
     std::ostringstream s;
     s << "NeighborGrid: the memory a run can have (" << bytesText(backend.bytesAvailable())
-      << ", the engine's memory limit or the device's free memory) would need " << slabs
-      << " slabs, thinner than 2R, for this request (about " << bytesText(static_cast<std::int64_t>(whole))
+      << ", the engine's memory limit or the device's free memory) would need " << slabs << " slabs, thinner than 2R"
+      << (r.radii ? " (R: the largest radius)" : "") << ", for this request (about "
+      << bytesText(static_cast<std::int64_t>(whole))
       << " in one run): each would run with more points within R of it than its own. Raise the memory limit";
     throw Error(s.str());
   }

@@ -1,7 +1,8 @@
 // Requests larger than one run of a backend: more points than a run indexes (2^31 - 2), or more
 // memory than the device has free or the engine's memory limit allows. Space is cut into slabs
 // (boxes, cut again where one still does not fit), each run with its halo, the points within R of
-// it, and only the slab's own results kept, so every result is that of one pass over all points.
+// it (with per-particle radii: within the largest radius), and only the slab's own results kept,
+// so every result is that of one pass over all points.
 #pragma once
 
 #include "NeighborGrid/NeighborGrid.h"
