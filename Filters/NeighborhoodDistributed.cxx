@@ -678,34 +678,57 @@ struct ExtendedSet
   }
 };
 
+/// Results of particles, for copying to other points: the extended set's (owned particles first),
+/// this rank's outputs (by particle index) or what the owners of its halo sent (by position in
+/// that rank's halo).
+struct ParticleResults
+{
+  const std::int32_t* counts = nullptr;
+  const float* density = nullptr;
+  const float* supportRadius = nullptr;
+  std::vector<const float*> outputs; // per array: the request's output width per particle
+
+  /// Particle i's results into point `to` of the request's outputs.
+  void CopyTo(const Request& r, std::int64_t i, std::int64_t to, int outputsPerComponent) const
+  {
+    if (r.neighborCount)
+    {
+      r.neighborCount[to] = counts[i];
+    }
+    if (r.density)
+    {
+      r.density[to] = density[i];
+    }
+    if (r.supportRadius)
+    {
+      r.supportRadius[to] = supportRadius[i];
+    }
+    for (std::size_t a = 0; a < r.smoothed.size(); ++a)
+    {
+      const int c = r.smoothed[a].components * outputsPerComponent;
+      std::copy_n(outputs[a] + i * c, c, r.smoothed[a].output + to * c);
+    }
+  }
+};
+
 /// This rank's particles take their results, in input order, from the first owned.count entries
 /// of the extended set's.
 void WriteOwnedResults(const Request& request, const Ownership& owned, const HostVector<std::int32_t>& counts,
   const float* density, const float* supportRadius, const std::vector<HostVector<float>>& outputs,
   int outputsPerComponent)
 {
+  ParticleResults extended;
+  extended.counts = counts.data();
+  extended.density = density;
+  extended.supportRadius = supportRadius;
+  for (const auto& output : outputs)
+  {
+    extended.outputs.push_back(output.data());
+  }
   ParallelFor(owned.count, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t k = begin; k < end; ++k)
     {
-      const std::size_t from = static_cast<std::size_t>(k);
-      const std::int64_t to = owned[k];
-      if (request.neighborCount)
-      {
-        request.neighborCount[to] = counts[from];
-      }
-      if (request.density)
-      {
-        request.density[to] = density[from];
-      }
-      if (request.supportRadius)
-      {
-        request.supportRadius[to] = supportRadius[from];
-      }
-      for (std::size_t a = 0; a < request.smoothed.size(); ++a)
-      {
-        const int c = request.smoothed[a].components * outputsPerComponent;
-        std::copy_n(outputs[a].begin() + k * c, c, request.smoothed[a].output + to * c);
-      }
+      extended.CopyTo(request, k, owned[k], outputsPerComponent);
     }
   });
 }
@@ -1271,38 +1294,6 @@ double DistributedRun::LocalSmoothingLengthReach()
   this->summary.prologueMilliseconds += MillisecondsSince(reduceBegan);
   return largest * (1.0 + 1e-6);
 }
-
-/// The results of particles as a ghost copy of one takes them: this rank's outputs (its owned
-/// particles, by index) or what the owners of its halo sent (by position in that rank's halo).
-struct ParticleResults
-{
-  const std::int32_t* counts = nullptr;
-  const float* density = nullptr;
-  const float* supportRadius = nullptr;
-  std::vector<const float*> outputs; // per array: the request's output width per particle
-
-  /// Particle i's results into point `to` of the request's outputs.
-  void CopyTo(const Request& r, std::int64_t i, std::int64_t to, int outputsPerComponent) const
-  {
-    if (r.neighborCount)
-    {
-      r.neighborCount[to] = counts[i];
-    }
-    if (r.density)
-    {
-      r.density[to] = density[i];
-    }
-    if (r.supportRadius)
-    {
-      r.supportRadius[to] = supportRadius[i];
-    }
-    for (std::size_t a = 0; a < r.smoothed.size(); ++a)
-    {
-      const int c = r.smoothed[a].components * outputsPerComponent;
-      std::copy_n(outputs[a] + i * c, c, r.smoothed[a].output + to * c);
-    }
-  }
-};
 
 /// Per rank, the results of the particles this rank sent it as halo (zeros for an output this
 /// rank does not have: every rank takes part in every exchange). Collective.

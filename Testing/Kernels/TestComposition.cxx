@@ -218,6 +218,27 @@ Report runChecked(Engine& engine, const Request& r, const Cell& cell)
   return report;
 }
 
+/// Sets the slab cells' memory limit on `engine`, then checks the neighbor count and the density
+/// (with the mass array) of `r` against the reference; returns the reference density.
+std::vector<double> expectCountAndDensity(
+  Engine& engine, Request r, const Composition& setup, const RadiiReference& ref, std::vector<double>& rhoScale)
+{
+  r.operation = Operation::NeighborCount;
+  std::vector<std::int32_t> count(ref.m, -1);
+  r.neighborCount = count.data();
+  setup.limitMemory(engine, r);
+  runChecked(engine, r, setup.cell());
+  EXPECT_EQ(ngtest::asDouble(count), ref.counts());
+  r.neighborCount = nullptr;
+  const std::vector<double> rho = ref.density(kernel, &rhoScale);
+  r.operation = Operation::Density;
+  std::vector<float> density(ref.m, -1.0f);
+  r.density = density.data();
+  runChecked(engine, r, setup.cell());
+  ngtest::expectClose(density, rho, "density", &rhoScale);
+  return rho;
+}
+
 TEST_P(EngineComposition, AtTheParticlesEveryOperationMatchesDoubleBruteForce)
 {
   const Composition setup(GetParam());
@@ -226,22 +247,9 @@ TEST_P(EngineComposition, AtTheParticlesEveryOperationMatchesDoubleBruteForce)
   const RadiiReference ref = setup.reference(nullptr, setup.mode());
   Engine engine;
   Request r = setup.request();
-  r.operation = Operation::NeighborCount;
-  std::vector<std::int32_t> count(n, -1);
-  r.neighborCount = count.data();
-  setup.limitMemory(engine, r);
-  runChecked(engine, r, GetParam());
-  EXPECT_EQ(ngtest::asDouble(count), ref.counts());
-  r.neighborCount = nullptr;
-
   std::vector<double> rhoScale;
-  const std::vector<double> rho = ref.density(kernel, &rhoScale);
-  r.operation = Operation::Density;
+  const std::vector<double> rho = expectCountAndDensity(engine, r, setup, ref, rhoScale);
   std::vector<float> density(n, -1.0f);
-  r.density = density.data();
-  runChecked(engine, r, GetParam());
-  ngtest::expectClose(density, rho, "density", &rhoScale);
-  r.density = nullptr;
 
   std::vector<double> shepardScale;
   const std::vector<double> shepard =
@@ -328,22 +336,8 @@ TEST_P(EngineComposition, AtProbePointsAndAGridEveryOperationMatchesDoubleBruteF
       r.queryGrid = grid;
     }
     Engine engine;
-    std::vector<std::int32_t> count(m, -1);
-    r.operation = Operation::NeighborCount;
-    r.neighborCount = count.data();
-    setup.limitMemory(engine, r);
-    runChecked(engine, r, GetParam());
-    EXPECT_EQ(ngtest::asDouble(count), ref.counts());
-    r.neighborCount = nullptr;
-
     std::vector<double> rhoScale;
-    const std::vector<double> rho = ref.density(kernel, &rhoScale);
-    std::vector<float> density(m, -1.0f);
-    r.operation = Operation::Density;
-    r.density = density.data();
-    runChecked(engine, r, GetParam());
-    ngtest::expectClose(density, rho, "density", &rhoScale);
-    r.density = nullptr;
+    expectCountAndDensity(engine, r, setup, ref, rhoScale);
 
     std::vector<double> shepardScale, sphScale;
     std::vector<double> shepard = ref.smooth(kernel, setup.sourceValues(c.vector3, 3), 3, {}, &shepardScale);
