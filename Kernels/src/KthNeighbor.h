@@ -10,6 +10,14 @@
 // query visits the cells around its own in order of their distance from it (offsetTable), keeps
 // its k nearest so far, and stops when the next cell lies farther than its k-th. A query whose
 // k-th nearest lies beyond the table's reach goes up a level, with cells twice as large.
+//
+// A cell of a coarse level can hold a whole cluster core, and a background point beside it would
+// test every point of the core. On the GPU a cell of more than max(64, 2k) points is descended
+// instead: the points sorted once by the Morton keys of their finest cells make every cell of
+// every level a run of that order, and the query walks the cell's sub-cells nearest first,
+// skipping those beyond its k-th so far (cuda/KthNeighbor.cu, KthMorton). Where queries sit at
+// several levels, each level's queries also go in that order, so a warp searches one
+// neighbourhood.
 #pragma once
 
 #include "KernelFunctions.h"

@@ -213,6 +213,93 @@ TEST(SmoothingLength, DenseClusterNextToEmptySpaceTakesSeveralLevels)
   expectExact(out, bruteForce(c.xyz, 32), c.name);
 }
 
+// A background point beside a cluster core finds its k nearest in the core's near side: the GPU
+// descends into a crowded cell's sub-cells nearest first (cuda/KthNeighbor.cu, KthMorton) instead
+// of testing every point of the core. NEIGHBORGRID_KTH_STATS says on stderr whether it did.
+TEST(SmoothingLength, QueriesBesideACrowdedCoreDescendIntoIt)
+{
+  std::mt19937_64 rng(29);
+  std::normal_distribution<double> core(0.0, 0.01);
+  std::uniform_real_distribution<double> u(0.0, 10.0);
+  std::vector<double> xyz;
+  for (int i = 0; i < 12000; ++i)
+  {
+    xyz.push_back(2.0 + core(rng)), xyz.push_back(2.0 + core(rng)), xyz.push_back(2.0 + core(rng));
+  }
+  for (int i = 0; i < 1500; ++i)
+  {
+    xyz.push_back(u(rng)), xyz.push_back(u(rng)), xyz.push_back(u(rng));
+  }
+  for (bool asFloat : { true, false })
+  {
+    const Cloud c = fromCoordinates("crowded core", xyz, asFloat);
+    std::vector<float> out;
+    Engine engine;
+    setenv("NEIGHBORGRID_KTH_STATS", "1", 1);
+    testing::internal::CaptureStderr();
+    const Report report = engine.run(smoothingLengthRequest(c, 32, out));
+    const std::string stats = testing::internal::GetCapturedStderr();
+    unsetenv("NEIGHBORGRID_KTH_STATS");
+    if (report.backend == Backend::CUDA)
+    {
+      EXPECT_NE(stats.find("descended"), std::string::npos) << stats;
+    }
+    expectExact(out, bruteForce(c.xyz, 32), c.name + (asFloat ? " f32" : " f64"));
+  }
+}
+
+// Every cell of more than one point descended (NEIGHBORGRID_KTH_CROWDED=1): the sub-cell walk
+// alone must give the exact k-th on every kind of cloud, open and periodic.
+TEST(SmoothingLength, EveryCellDescendedMatchesBruteForce)
+{
+  setenv("NEIGHBORGRID_KTH_CROWDED", "1", 1);
+  for (const char* kind : { "uniform", "clustered", "duplicates", "stacked", "outliers", "far" })
+  {
+    const Cloud c = ngtest::makeCloud(kind, 2000, 10.0, 303, true);
+    for (int k : { 1, 7, 64 })
+    {
+      std::vector<float> out;
+      Engine engine;
+      try
+      {
+        engine.run(smoothingLengthRequest(c, k, out));
+        expectExact(out, bruteForce(c.xyz, k), c.name + ", k = " + std::to_string(k));
+      }
+      catch (const Error& e)
+      {
+        ADD_FAILURE() << c.name << ", k = " << k << ": " << e.what();
+      }
+    }
+  }
+  const Cloud dense = clusterNextToEmpty(3000, 800, false);
+  std::vector<float> out;
+  Engine engine;
+  engine.run(smoothingLengthRequest(dense, 16, out));
+  expectExact(out, bruteForce(dense.xyz, 16), dense.name);
+  const bool periodic[3] = { true, true, true };
+  const double L[3] = { 10.0, 10.0, 10.0 };
+  std::vector<double> inBox;
+  std::mt19937_64 rng(31);
+  std::uniform_real_distribution<double> u(0.0, 10.0), corner(0.0, 0.3);
+  for (int i = 0; i < 1200; ++i)
+  {
+    for (int a = 0; a < 3; ++a)
+    {
+      inBox.push_back(i % 2 ? corner(rng) : u(rng));
+    }
+  }
+  const Cloud box = fromCoordinates("corner cluster in a periodic box", inBox, false);
+  Request r = smoothingLengthRequest(box, 24, out);
+  for (int a = 0; a < 3; ++a)
+  {
+    r.periodic[a] = true;
+    r.boxLengths[a] = L[a];
+  }
+  engine.run(r);
+  expectExact(out, periodicBruteForce(box.xyz, 24, periodic, L), box.name);
+  unsetenv("NEIGHBORGRID_KTH_CROWDED");
+}
+
 TEST(SmoothingLength, LatticeOfEqualDistances)
 {
   // A cubic lattice: 6 neighbors at 1, 12 at sqrt 2, 8 at sqrt 3, 6 at 2; far from the origin, so

@@ -4,10 +4,12 @@
 #include "../KthNeighbor.h"
 #include "GridSearch.cuh"
 
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_select.cuh>
 #include <thrust/iterator/counting_iterator.h>
 
 #include <cfloat>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -21,7 +23,21 @@ namespace
 __constant__ KthCellOffset kthOffsets[kthOffsetCount];
 
 constexpr unsigned char noLevel = 255; // not a query (a periodic image, a halo point)
-constexpr int levelSlots = 128;        // counters_: queries per level, then the failure count
+constexpr int levelSlots = 128;        // counters_: queries per level, then three more counts
+
+/// Every point in Morton order of the finest level's cells, counted from an origin aligned to the
+/// coarsest level's cells: each cell of every level, and each cell between levels, is then one
+/// contiguous run of keys. A query meeting a crowded cell (more than `crowded` points) descends
+/// into its sub-cells nearest first and skips those beyond its k-th, instead of testing every
+/// point: a background point beside a cluster core tests a few times k points, not the core.
+struct KthMorton
+{
+  const std::uint64_t* keys = nullptr; // sorted
+  const std::int32_t* order = nullptr; // Morton position -> input index
+  int count = 0;
+  double origin[3] = { 0, 0, 0 };      // finest-level cell coordinate of key coordinate 0
+  int crowded = INT_MAX;               // cells with more points are descended (INT_MAX: none)
+};
 
 /// One level's grid: all points by cells of cellSize, in frame coordinates of their cells.
 struct KthGrid
@@ -32,7 +48,47 @@ struct KthGrid
   InputPoints input;
   double cellSize = 1.0;
   double inverseCellSize = 1.0;
+  KthMorton morton;
+  int levelsBelow = 0; // levels finer than this one down to the Morton keys' cells
 };
+
+/// Bits per axis of a Morton key: 63 bits in all.
+constexpr int mortonAxisBits = 21;
+
+/// The bits of v (< 2^21) spread to every third bit.
+NG_HD std::uint64_t spreadBits(std::uint64_t v)
+{
+  v &= 0x1fffff;
+  v = (v | v << 32) & 0x1f00000000ffffull;
+  v = (v | v << 16) & 0x1f0000ff0000ffull;
+  v = (v | v << 8) & 0x100f00f00f00f00full;
+  v = (v | v << 4) & 0x10c30c30c30c30c3ull;
+  v = (v | v << 2) & 0x1249249249249249ull;
+  return v;
+}
+
+NG_HD std::uint64_t mortonKey(std::uint64_t x, std::uint64_t y, std::uint64_t z)
+{
+  return spreadBits(x) | spreadBits(y) << 1 | spreadBits(z) << 2;
+}
+
+/// The first position in [begin, end) whose key is not below `key`.
+__device__ int firstKeyAtLeast(const std::uint64_t* __restrict__ keys, int begin, int end, std::uint64_t key)
+{
+  while (begin < end)
+  {
+    const int middle = begin + (end - begin) / 2;
+    if (keys[middle] < key)
+    {
+      begin = middle + 1;
+    }
+    else
+    {
+      end = middle;
+    }
+  }
+  return begin;
+}
 
 /// The exact squared distance of input points i and j (PairTest.h's formula), in input units.
 __device__ double exactSquared(const KthGrid& g, std::int64_t i, std::int64_t j)
@@ -97,7 +153,121 @@ __device__ __forceinline__ void heapReplaceTop(float* h, int stride, int size, f
   h[i * stride] = v;
 }
 
-/// Calls visit(j, r2) for every other point j in the cells around query qi (cell c, frame f)
+/// A point as a visit names it: its position in the level's order (>= 0), or -1 - its position
+/// in the Morton order (a crowded cell's). The input index is looked up only where it is needed.
+__device__ __forceinline__ std::int64_t inputOf(const KthGrid& g, std::int64_t point)
+{
+  return point >= 0 ? g.orderToInput[point] : g.morton.order[-1 - point];
+}
+
+/// Calls visit(point, r2) for every point of the crowded cell `cell` (at its offset, query
+/// qs in that cell's frame) whose sub-cell lies within limit2(): the sub-cells from the Morton
+/// order, nearest first at each depth, runs of at most `crowded` points (or the finest cells)
+/// tested point by point.
+template <class Limit, class Visit>
+__device__ void visitCrowdedCell(const KthGrid& g, std::int64_t qi, const double cell[3], const Particle& qs,
+  const Limit& limit2, const Visit& visit)
+{
+  const KthMorton& mo = g.morton;
+  const int below = g.levelsBelow;
+  std::uint64_t prefix[3];
+  for (int a = 0; a < 3; ++a)
+  {
+    prefix[a] = static_cast<std::uint64_t>(cell[a] - ldexp(mo.origin[a], -below)); // exact: origin is aligned
+  }
+  const std::uint64_t cellKey = mortonKey(prefix[0], prefix[1], prefix[2]) << (3 * below);
+  struct Node
+  {
+    int begin, end;
+    unsigned left; // children not visited yet, one bit each
+  } stack[mortonAxisBits + 1];
+  stack[0].begin = firstKeyAtLeast(mo.keys, 0, mo.count, cellKey);
+  stack[0].end = firstKeyAtLeast(mo.keys, stack[0].begin, mo.count, cellKey + (std::uint64_t(1) << (3 * below)));
+  stack[0].left = 0xffu;
+  int depth = 0;
+  unsigned node[3] = { 0, 0, 0 }; // the node's coordinates within the cell, in cells of 2^-depth
+  for (;;)
+  {
+    Node& top = stack[depth];
+    if (top.left == 0)
+    {
+      if (depth == 0)
+      {
+        return;
+      }
+      --depth;
+      node[0] >>= 1, node[1] >>= 1, node[2] >>= 1;
+      continue;
+    }
+    // The nearest child not visited yet; when it lies beyond the limit, so do the others.
+    const float size = ldexpf(1.0f, -(depth + 1));
+    const float q[3] = { qs.x, qs.y, qs.z };
+    int best = 0;
+    float bestGap2 = FLT_MAX;
+    for (int child = 0; child < 8; ++child)
+    {
+      if (!(top.left >> child & 1u))
+      {
+        continue;
+      }
+      float gap2 = 0.0f;
+      for (int a = 0; a < 3; ++a)
+      {
+        const float lo = float(2 * node[a] + (child >> a & 1)) * size, hi = lo + size;
+        const float gap = q[a] < lo ? lo - q[a] : (q[a] > hi ? q[a] - hi : 0.0f);
+        gap2 += gap * gap;
+      }
+      if (gap2 < bestGap2)
+      {
+        bestGap2 = gap2, best = child;
+      }
+    }
+    top.left &= ~(1u << best);
+    if (kthBeyond(bestGap2, limit2()))
+    {
+      top.left = 0;
+      continue;
+    }
+    const unsigned childAt[3] = { 2 * node[0] + (best & 1), 2 * node[1] + (best >> 1 & 1), 2 * node[2] + (best >> 2 & 1) };
+    const int shift = 3 * (below - depth - 1);
+    const std::uint64_t childKey = cellKey | mortonKey(childAt[0], childAt[1], childAt[2]) << shift;
+    const int begin = firstKeyAtLeast(mo.keys, top.begin, top.end, childKey);
+    const int end = firstKeyAtLeast(mo.keys, begin, top.end, childKey + (std::uint64_t(1) << shift));
+    if (begin == end)
+    {
+      continue;
+    }
+    if (end - begin > mo.crowded && depth + 1 < below)
+    {
+      ++depth;
+      stack[depth].begin = begin, stack[depth].end = end, stack[depth].left = 0xffu;
+      node[0] = childAt[0], node[1] = childAt[1], node[2] = childAt[2];
+      continue;
+    }
+    for (int j = begin; j < end; ++j)
+    {
+      const std::int32_t input = mo.order[j];
+      if (input == qi)
+      {
+        continue;
+      }
+      // The point lies in `cell`: its frame as particlesInOrder writes it, without the division.
+      double x[3];
+      g.input.get(input, x[0], x[1], x[2]);
+      const Particle p{ frameCoordinate(x[0], cell[0], g.cellSize, g.inverseCellSize),
+        frameCoordinate(x[1], cell[1], g.cellSize, g.inverseCellSize),
+        frameCoordinate(x[2], cell[2], g.cellSize, g.inverseCellSize), 1.0f };
+      float r2 = squaredDistance(qs, p);
+      if (!(r2 == r2))
+      {
+        r2 = exactFrameDistance(g, qi, input); // a huge cell (CellGrid.h)
+      }
+      visit(-1 - std::int64_t(j), r2);
+    }
+  }
+}
+
+/// Calls visit(point, r2) for every other point in the cells around query qi (cell c, frame f)
 /// whose lower bound lies within limit2() (cell units; limit2 may shrink as the visit goes),
 /// nearest cells first. Returns false when the table ran out before the bound passed limit2.
 template <class Limit, class Visit>
@@ -127,9 +297,14 @@ __device__ bool visitNearCells(const KthGrid& g, std::int64_t qi, const double c
       continue;
     }
     const Particle qs = shifted(q, float(o.x), float(o.y), float(o.z));
+    const int begin = g.table.start[m], end = g.table.start[m + 1];
+    if (end - begin > g.morton.crowded && g.levelsBelow > 0)
+    {
+      visitCrowdedCell(g, qi, cell, qs, limit2, visit);
+      continue;
+    }
     const bool own = t == 0; // the table starts with the query's own cell
-    const int end = g.table.start[m + 1];
-    for (int j = g.table.start[m]; j < end; ++j)
+    for (int j = begin; j < end; ++j)
     {
       if (own && g.orderToInput[j] == qi)
       {
@@ -146,14 +321,59 @@ __device__ bool visitNearCells(const KthGrid& g, std::int64_t qi, const double c
   return false;
 }
 
+/// The exact k-th squared distance of query qi from the pairs forEach(visit) passes to visit(point,
+/// r2): `below` pairs lie clearly nearer than the float k-th; among those within the band
+/// [nearer, farther], the smallest exact distance above the last and its ties, until k are
+/// counted. -1 when the band holds no pair (cannot happen: the float k-th's pair lies in it).
+template <class ForEach>
+__device__ double exactKth(const KthGrid& g, std::int64_t qi, int k, float nearer, float farther,
+  const ForEach& forEach, int& passes)
+{
+  int below = 0;
+  double previous = -1.0;
+  for (;; ++passes)
+  {
+    double best = HUGE_VAL; // +inf: squared distances beyond 1e154 overflow to it, and tie there
+    int ties = 0;
+    const bool first = previous < 0.0;
+    forEach([&](std::int64_t point, float r2) {
+      if (r2 < nearer)
+      {
+        below += first ? 1 : 0;
+      }
+      else if (r2 <= farther)
+      {
+        const double e = exactSquared(g, qi, inputOf(g, point));
+        if (e > previous)
+        {
+          ties = e < best ? 1 : ties + (e == best ? 1 : 0);
+          best = fmin(best, e);
+        }
+      }
+    });
+    if (ties == 0)
+    {
+      return -1.0;
+    }
+    below += ties;
+    if (below >= k)
+    {
+      return best;
+    }
+    previous = best;
+  }
+}
+
 /// The search of one level: thread i takes query baseOrder[atLevel[i]], the level's queries in
-/// the base grid's order (neighbors in one warp). Its k
-/// nearest float distances first (heap in shared memory), then the exact k-th: pairs clearly
-/// nearer than the float k-th are counted, those within rounding of it ordered in double.
-/// A query whose k-th may lie beyond the table's reach moves up a level.
-__global__ void kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ baseOrder, unsigned char* levels,
-  const int* __restrict__ atLevel, int count, unsigned char level, bool coarsest, int k, float* __restrict__ out,
-  int* __restrict__ counters, unsigned long long* stats)
+/// base order (neighbors in one warp). Its k nearest float distances first (heap in shared
+/// memory), then the exact k-th from a second visit of its cells: pairs clearly nearer than the
+/// float k-th are counted, those within rounding of it ordered in double. A query whose k-th may
+/// lie beyond the table's reach moves up a level. Three blocks of 256 share a multiprocessor at
+/// k = 64 (the heaps fill its shared memory): the bounds keep the registers to what three allow
+/// (80; the crowded-cell walk took it to 86 and the search to two blocks, 40% slower).
+__global__ void __launch_bounds__(256, 3) kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ baseOrder,
+  unsigned char* levels, const int* __restrict__ atLevel, int count, unsigned char level, bool coarsest, int k,
+  float* __restrict__ out, int* __restrict__ counters, unsigned long long* stats)
 {
   extern __shared__ float heaps[];
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -169,9 +389,9 @@ __global__ void kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ bas
   float* h = heaps + threadIdx.x;
   const int stride = blockDim.x;
 
-  int size = 0, candidates = 0, exactPasses = 0;
+  int size = 0, candidates = 0, passes = 0;
   float kth = FLT_MAX;
-  visitNearCells(g, qi, c, q, [&] { return size == k ? kth : FLT_MAX; }, [&](int, float r2) {
+  visitNearCells(g, qi, c, q, [&] { return size == k ? kth : FLT_MAX; }, [&](std::int64_t, float r2) {
     ++candidates;
     if (size < k)
     {
@@ -192,52 +412,23 @@ __global__ void kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ bas
     atomicAdd(counters + level + 1, 1);
     return;
   }
-
-  // The exact k-th: `below` pairs lie clearly nearer than the float k-th; among those within the
-  // band, the smallest exact distance above `previous` and its ties, until k are counted.
   const float nearer = kth - band, farther = kth + band;
-  int below = 0;
-  double previous = -1.0;
-  for (;; ++exactPasses)
+  const double exact = exactKth(g, qi, k, nearer, farther, [&](const auto& visit) {
+    visitNearCells(g, qi, c, q, [&] { return farther; }, visit);
+  }, passes);
+  if (exact < 0.0)
   {
-    double best = HUGE_VAL; // +inf: squared distances beyond 1e154 overflow to it, and tie there
-    int ties = 0;
-    const bool first = previous < 0.0;
-    visitNearCells(g, qi, c, q, [&] { return farther; }, [&](int j, float r2) {
-      if (r2 < nearer)
-      {
-        below += first ? 1 : 0;
-      }
-      else if (r2 <= farther)
-      {
-        const double e = exactSquared(g, qi, g.orderToInput[j]);
-        if (e > previous)
-        {
-          ties = e < best ? 1 : ties + (e == best ? 1 : 0);
-          best = fmin(best, e);
-        }
-      }
-    });
-    if (ties == 0)
-    {
-      atomicAdd(counters + levelSlots, 1); // cannot happen: the float k-th's pair is in the band
-
-      out[qi] = NAN;
-      return;
-    }
-    below += ties;
-    if (below >= k)
-    {
-      out[qi] = supportRadiusOf(best);
-      if (stats)
-      {
-        atomicAdd(stats, static_cast<unsigned long long>(candidates));
-        atomicAdd(stats + 1, static_cast<unsigned long long>(exactPasses + 1));
-        atomicAdd(stats + 2, 1ull);
-      }
-      return;
-    }
-    previous = best;
+    atomicAdd(counters + levelSlots, 1);
+    out[qi] = NAN;
+    return;
+  }
+  out[qi] = supportRadiusOf(exact);
+  if (stats)
+  {
+    atomicAdd(stats, static_cast<unsigned long long>(candidates));
+    atomicAdd(stats + 1, static_cast<unsigned long long>(passes + 1));
+    atomicAdd(stats + 2, 1ull);
+    atomicMax(stats + 3, static_cast<unsigned long long>(candidates));
   }
 }
 
@@ -333,10 +524,86 @@ __global__ void countLevels(const unsigned char* __restrict__ levels, int n, int
   }
 }
 
+/// Morton key of every point's cell at the finest level (cells of `size`), from `origin`.
+__global__ void mortonKeys(InputPoints input, int n, double size, double ox, double oy, double oz,
+  std::uint64_t* __restrict__ keys, std::int32_t* __restrict__ order)
+{
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n)
+  {
+    return;
+  }
+  double c[3];
+  inputCell(input, i, size, c);
+  keys[i] = mortonKey(static_cast<std::uint64_t>(c[0] - ox), static_cast<std::uint64_t>(c[1] - oy),
+    static_cast<std::uint64_t>(c[2] - oz));
+  order[i] = i;
+}
+
+/// levelOfInput[i] = the level of input point i, from the levels in base order.
+__global__ void levelsByInput(const std::int32_t* __restrict__ baseOrder, const unsigned char* __restrict__ levels, int n,
+  unsigned char* __restrict__ levelOfInput)
+{
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < n)
+  {
+    levelOfInput[baseOrder[t]] = levels[t];
+  }
+}
+
+/// The base order becomes `order` (the Morton order), the levels following their queries.
+__global__ void takeBaseOrder(const std::int32_t* __restrict__ order, const unsigned char* __restrict__ levelOfInput,
+  int n, std::int32_t* __restrict__ baseOrder, unsigned char* __restrict__ levels)
+{
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < n)
+  {
+    const std::int32_t i = order[t];
+    baseOrder[t] = i;
+    levels[t] = levelOfInput[i];
+  }
+}
+
+/// *largest = the most points in one cell of the table.
+__global__ void largestCell(const std::int32_t* __restrict__ start, int cells, int* largest)
+{
+  const int m = blockIdx.x * blockDim.x + threadIdx.x;
+  const int count = m < cells ? start[m + 1] - start[m] : 0;
+  const int most = __reduce_max_sync(0xffffffffu, count);
+  if ((threadIdx.x & 31) == 0 && most > 0)
+  {
+    atomicMax(largest, most);
+  }
+}
+
+/// Where the Morton keys start: the finest-level cell coordinates of the bounds' lowest corner,
+/// rounded down to a multiple of 2^(highest - lowest), so that every level's cells are aligned
+/// runs of keys. False when the bounds span too many finest cells for 21 bits an axis, or lie
+/// where cell coordinates are no longer exact (CellGrid.h's huge cells): no descent then.
+bool mortonOrigin(const double lo[3], const double hi[3], double finest, int levels, double origin[3])
+{
+  const double aligned = std::ldexp(1.0, levels);
+  for (int a = 0; a < 3; ++a)
+  {
+    const double first = cellCoordinate(lo[a], finest), last = cellCoordinate(hi[a], finest);
+    if (isHugeCell(first) || isHugeCell(last))
+    {
+      return false;
+    }
+    origin[a] = std::floor(first / aligned) * aligned;
+    if (!(last - origin[a] < std::ldexp(1.0, mortonAxisBits)))
+    {
+      return false;
+    }
+  }
+  return true;
+}
+
 } // namespace
 
 CudaKthNeighbor::CudaKthNeighbor(DevicePool& pool)
-  : cells_(pool), baseOrder_(pool), levels_(pool), counters_(pool), selected_(pool), scratch_(pool)
+  : cells_(pool), baseOrder_(pool), levels_(pool), counters_(pool), selected_(pool), scratch_(pool),
+    mortonKeys_(pool), mortonOrder_(pool)
 {
   static_assert(sizeof(KthCellOffset) == 4, "offsets travel as 4 bytes");
 }
@@ -349,17 +616,41 @@ std::int64_t CudaKthNeighbor::plannedBytes(const Problem& p)
   kthLevelRange(base, p.lo, p.hi, lowest, highest);
   // The finest level has the widest keys and the most cells.
   const KeyLayout layout = makeKeyLayout(p.lo, p.hi, std::ldexp(base, lowest));
-  return RadixCells::plannedBytes(n, layout, false) + 9 * n + 4 * (levelSlots + 2) + (std::int64_t(1) << 20);
+  // The Morton order: keys and order, double-buffered for the sort, and CUB's scratch.
+  const std::int64_t morton = 24 * n + n / 4;
+  return RadixCells::plannedBytes(n, layout, false) + 9 * n + morton + 4 * (levelSlots + 3) + (std::int64_t(1) << 20);
 }
 
 std::int64_t CudaKthNeighbor::heldBytes() const
 {
   return cells_.heldBytes() +
-    std::int64_t(baseOrder_.bytes() + levels_.bytes() + counters_.bytes() + selected_.bytes() + scratch_.bytes());
+    std::int64_t(baseOrder_.bytes() + levels_.bytes() + counters_.bytes() + selected_.bytes() + scratch_.bytes() +
+      mortonKeys_.bytes() + mortonOrder_.bytes());
+}
+
+void CudaKthNeighbor::buildMortonOrder(CudaRun& run, double finest, const double origin[3])
+{
+  const int n = static_cast<int>(run.count);
+  std::uint64_t* keys = mortonKeys_.ensure(2 * std::size_t(n), "Morton keys");
+  std::int32_t* order = mortonOrder_.ensure(2 * std::size_t(n), "Morton order");
+  mortonKeys<<<blocksFor(n), 256, 0, run.stream>>>(run.input, n, finest, origin[0], origin[1], origin[2], keys, order);
+  NG_CUDA_CHECK_LAUNCH("mortonKeys");
+  cub::DoubleBuffer<std::uint64_t> sortKeys(keys, keys + n);
+  cub::DoubleBuffer<std::int32_t> sortOrder(order, order + n);
+  std::size_t bytes = 0;
+  const int bits = 3 * mortonAxisBits;
+  NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, sortKeys, sortOrder, n, 0, bits, run.stream),
+    "sizing the Morton sort");
+  void* temp = scratch_.ensure(bytes, "Morton sort scratch");
+  NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, sortKeys, sortOrder, n, 0, bits, run.stream),
+    "sorting by Morton keys");
+  sortedKeys_ = sortKeys.Current();
+  sortedOrder_ = sortOrder.Current();
 }
 
 int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
 {
+  const auto runStart = std::chrono::steady_clock::now();
   const Problem& p = *run.problem;
   const int n = static_cast<int>(run.count);
   const double base = kthBaseCellSize(n, k, p.lo, p.hi);
@@ -376,7 +667,8 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
     "uploading the cell offsets");
   std::int32_t* baseOrder = baseOrder_.ensure(std::size_t(n), "queries in cell order");
   unsigned char* levels = levels_.ensure(std::size_t(n), "level of each query");
-  int* counters = counters_.ensure(levelSlots + 2, "queries per level");
+  // Queries per level, then the failure count, the selection's count and the largest cell.
+  int* counters = counters_.ensure(levelSlots + 3, "queries per level");
   int* countersHost = countersHost_.ensure(levelSlots + 1, "queries per level (pinned host memory)");
   NG_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(int) * (levelSlots + 1), run.stream), "clearing the level counts");
 
@@ -406,6 +698,17 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
       cells_.particleRegion());
     NG_CUDA_CHECK_LAUNCH("particlesInOrder");
     return g;
+  };
+
+  auto largestCellOf = [&](const CellTable& table) {
+    int* largest = counters + levelSlots + 2;
+    NG_CUDA_CHECK(cudaMemsetAsync(largest, 0, sizeof(int), run.stream), "clearing the largest cell");
+    largestCell<<<blocksFor(table.cells), 256, 0, run.stream>>>(table.start, table.cells, largest);
+    NG_CUDA_CHECK_LAUNCH("largestCell");
+    NG_CUDA_CHECK(cudaMemcpyAsync(countersHost, largest, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
+      "reading the largest cell");
+    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "finding the largest cell");
+    return countersHost[0];
   };
 
   KthGrid grid = buildLevel(0);
@@ -451,17 +754,54 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
     "reading the level counts");
   NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "assigning levels");
   std::vector<int> waiting(countersHost, countersHost + levelSlots);
+  KthMorton morton;
+  morton.count = n;
+  // Crowded cells: more points than a few times k (NEIGHBORGRID_KTH_CROWDED: tests descend more).
+  const char* crowdedOverride = std::getenv("NEIGHBORGRID_KTH_CROWDED");
+  const int crowded = crowdedOverride ? std::max(1, std::atoi(crowdedOverride)) : std::max(64, 2 * k);
+  const double finestCell = std::ldexp(base, lowest);
+  const bool descends = mortonOrigin(p.lo, p.hi, finestCell, highest - lowest, morton.origin);
+  bool mortonBuilt = false;
+  const bool printStats = std::getenv("NEIGHBORGRID_KTH_STATS") != nullptr;
+  auto takeMortonOrder = [&](const char* when) {
+    if (printStats)
+    {
+      std::fprintf(stderr, "%s: cells of more than %d points descended (Morton order)\n", when, crowded);
+    }
+    buildMortonOrder(run, finestCell, morton.origin);
+    morton.keys = sortedKeys_;
+    morton.order = sortedOrder_;
+    morton.crowded = crowded;
+    mortonBuilt = true;
+  };
+  // Queries at several levels (a clustered cloud): each level's queries in Morton order, so that
+  // the threads of a warp search one neighborhood at every level, not a cell of level 0 at random.
+  if (descends && std::count_if(waiting.begin(), waiting.end(), [](int w) { return w > 0; }) > 1)
+  {
+    takeMortonOrder("queries at several levels, in Morton order");
+    unsigned char* levelOfInput = reinterpret_cast<unsigned char*>(selected_.ensure(std::size_t(n), "queries of one level"));
+    levelsByInput<<<blocksFor(n), 256, 0, run.stream>>>(baseOrder, levels, n, levelOfInput);
+    NG_CUDA_CHECK_LAUNCH("levelsByInput");
+    takeBaseOrder<<<blocksFor(n), 256, 0, run.stream>>>(morton.order, levelOfInput, n, baseOrder, levels);
+    NG_CUDA_CHECK_LAUNCH("takeBaseOrder");
+  }
   // NEIGHBORGRID_KTH_STATS: candidates and exact passes per level on stderr (diagnostics).
   unsigned long long* stats = nullptr;
-  const bool printStats = std::getenv("NEIGHBORGRID_KTH_STATS") != nullptr;
+  cudaEvent_t searchEvents[2] = { nullptr, nullptr };
+  std::chrono::steady_clock::time_point levelStart;
   if (printStats)
   {
-    NG_CUDA_CHECK(cudaMallocAsync(&stats, 3 * sizeof(unsigned long long), run.stream), "statistics");
-    NG_CUDA_CHECK(cudaMemsetAsync(stats, 0, 3 * sizeof(unsigned long long), run.stream), "statistics");
+    std::fprintf(stderr, "levels assigned in %.2f ms\n",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - runStart).count());
+    NG_CUDA_CHECK(cudaMallocAsync(&stats, 4 * sizeof(unsigned long long), run.stream), "statistics");
+    cudaEventCreate(&searchEvents[0]);
+    cudaEventCreate(&searchEvents[1]);
+    NG_CUDA_CHECK(cudaMemsetAsync(stats, 0, 4 * sizeof(unsigned long long), run.stream), "statistics");
   }
   int* atLevel = selected_.ensure(std::size_t(n), "queries of one level");
   int* selectedCount = counters + levelSlots + 1;
   int searched = 0;
+
   for (int level = lowest; level <= highest; ++level)
   {
     const int slot = level - lowest;
@@ -469,11 +809,22 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
     {
       continue;
     }
+    if (printStats)
+    {
+      NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "statistics");
+      levelStart = std::chrono::steady_clock::now();
+    }
     if (level != gridLevel)
     {
       grid = buildLevel(level);
       gridLevel = level;
     }
+    if (descends && !mortonBuilt && level > lowest && largestCellOf(grid.table) > crowded)
+    {
+      takeMortonOrder("a crowded cell at this level");
+    }
+    grid.morton = morton;
+    grid.levelsBelow = level - lowest;
     // The level's queries, in base order: its warps then hold neighbors of one level only.
     const AtLevel atThisLevel{ levels, static_cast<unsigned char>(slot) };
     std::size_t selectBytes = 0;
@@ -484,9 +835,17 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
     NG_CUDA_CHECK(cub::DeviceSelect::If(selectTemp, selectBytes, thrust::counting_iterator<int>(0), atLevel,
                     selectedCount, n, atThisLevel, run.stream),
       "selecting the level's queries");
+    if (printStats)
+    {
+      cudaEventRecord(searchEvents[0], run.stream);
+    }
     kthNeighborLevel<<<blocksFor(waiting[slot], threads), threads, heapBytes, run.stream>>>(grid, baseOrder, levels,
       atLevel, waiting[slot], static_cast<unsigned char>(slot), level == highest, k, out, counters, stats);
     NG_CUDA_CHECK_LAUNCH("kthNeighborLevel");
+    if (printStats)
+    {
+      cudaEventRecord(searchEvents[1], run.stream);
+    }
     ++searched;
     NG_CUDA_CHECK(cudaMemcpyAsync(countersHost, counters + slot + 1, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
       "reading the next level's count");
@@ -494,12 +853,18 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
     waiting[slot + 1] = countersHost[0];
     if (printStats)
     {
-      unsigned long long h[3];
+      unsigned long long h[4];
       NG_CUDA_CHECK(cudaMemcpy(h, stats, sizeof h, cudaMemcpyDeviceToHost), "statistics");
       NG_CUDA_CHECK(cudaMemset(stats, 0, sizeof h), "statistics");
-      std::fprintf(stderr, "level %d (cell %g): %d queries, %llu finished, %.1f candidates, %.2f exact passes each, %d up\n",
-        level, std::ldexp(base, level), waiting[slot], h[2], double(h[0]) / double(h[2] ? h[2] : 1),
-        double(h[1]) / double(h[2] ? h[2] : 1), waiting[slot + 1]);
+      float searchMs = 0.0f;
+      cudaEventElapsedTime(&searchMs, searchEvents[0], searchEvents[1]);
+      const double levelMs =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - levelStart).count();
+      std::fprintf(stderr,
+        "level %d (cell %g): %d queries, %llu finished, %.1f candidates (most %llu), %.2f exact passes each, %d up; "
+        "search %.2f ms of %.2f\n",
+        level, std::ldexp(base, level), waiting[slot], h[2], double(h[0]) / double(h[2] ? h[2] : 1), h[3],
+        double(h[1]) / double(h[2] ? h[2] : 1), waiting[slot + 1], searchMs, levelMs);
     }
     if (level == highest && waiting[slot + 1] > 0)
     {
@@ -510,6 +875,8 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
   if (stats)
   {
     cudaFreeAsync(stats, run.stream);
+    cudaEventDestroy(searchEvents[0]);
+    cudaEventDestroy(searchEvents[1]);
   }
   NG_CUDA_CHECK(cudaMemcpyAsync(countersHost, counters + levelSlots, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
     "reading the failure count");

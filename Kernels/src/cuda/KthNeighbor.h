@@ -22,12 +22,19 @@ public:
   std::int64_t heldBytes() const;
 
 private:
+  /// Sorts the run's points by the Morton keys of their finest cells (KthNeighbor.cu, KthMorton).
+  void buildMortonOrder(CudaRun& run, double finest, const double origin[3]);
+
   RadixCells cells_;
   DeviceBuffer<std::int32_t> baseOrder_;
   DeviceBuffer<unsigned char> levels_;
   DeviceBuffer<int> counters_;
   DeviceBuffer<int> selected_;
   DeviceBuffer<unsigned char> scratch_;
+  DeviceBuffer<std::uint64_t> mortonKeys_; // two buffers of n keys for the sort
+  DeviceBuffer<std::int32_t> mortonOrder_; // two buffers of n positions
+  const std::uint64_t* sortedKeys_ = nullptr;
+  const std::int32_t* sortedOrder_ = nullptr;
   PinnedBuffer<int> countersHost_;
 };
 
