@@ -3,6 +3,7 @@
 
 #include "../KthNeighbor.h"
 #include "GridSearch.cuh"
+#include "Morton.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_select.cuh>
@@ -51,26 +52,6 @@ struct KthGrid
   KthMorton morton;
   int levelsBelow = 0; // levels finer than this one down to the Morton keys' cells
 };
-
-/// Bits per axis of a Morton key: 63 bits in all.
-constexpr int mortonAxisBits = 21;
-
-/// The bits of v (< 2^21) spread to every third bit.
-NG_HD std::uint64_t spreadBits(std::uint64_t v)
-{
-  v &= 0x1fffff;
-  v = (v | v << 32) & 0x1f00000000ffffull;
-  v = (v | v << 16) & 0x1f0000ff0000ffull;
-  v = (v | v << 8) & 0x100f00f00f00f00full;
-  v = (v | v << 4) & 0x10c30c30c30c30c3ull;
-  v = (v | v << 2) & 0x1249249249249249ull;
-  return v;
-}
-
-NG_HD std::uint64_t mortonKey(std::uint64_t x, std::uint64_t y, std::uint64_t z)
-{
-  return spreadBits(x) | spreadBits(y) << 1 | spreadBits(z) << 2;
-}
 
 /// The first position in [begin, end) whose key is not below `key`.
 __device__ int firstKeyAtLeast(const std::uint64_t* __restrict__ keys, int begin, int end, std::uint64_t key)

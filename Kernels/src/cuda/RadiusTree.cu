@@ -2,6 +2,8 @@
 // the boxes of every level.
 #include "RadiusTree.h"
 
+#include "Morton.cuh"
+
 #include <cub/device/device_radix_sort.cuh>
 
 namespace neighborgrid
@@ -10,20 +12,6 @@ namespace detail
 {
 namespace
 {
-
-constexpr int mortonBits = 21; // per axis: 63-bit keys
-
-/// The 21 low bits of v spread to every third bit.
-__device__ __forceinline__ unsigned long long spreadBits(unsigned long long v)
-{
-  v &= 0x1fffffull;
-  v = (v | v << 32) & 0x1f00000000ffffull;
-  v = (v | v << 16) & 0x1f0000ff0000ffull;
-  v = (v | v << 8) & 0x100f00f00f00f00full;
-  v = (v | v << 4) & 0x10c30c30c30c30c3ull;
-  v = (v | v << 2) & 0x1249249249249249ull;
-  return v;
-}
 
 struct MortonFrame
 {
@@ -44,8 +32,8 @@ __global__ void mortonKeys(InputPoints input, std::int64_t n, MortonFrame frame,
   unsigned long long key = 0;
   for (int a = 0; a < 3; ++a)
   {
-    const double cell = fmin(fmax((x[a] - frame.lo[a]) * frame.scale[a], 0.0), double((1 << mortonBits) - 1));
-    key |= spreadBits(static_cast<unsigned long long>(cell)) << (2 - a);
+    const double cell = fmin(fmax((x[a] - frame.lo[a]) * frame.scale[a], 0.0), double((1 << mortonAxisBits) - 1));
+    key |= spreadBits(static_cast<std::uint64_t>(cell)) << (2 - a);
   }
   keys[i] = key;
   order[i] = static_cast<std::int32_t>(i);
@@ -154,7 +142,7 @@ std::size_t sortScratchBytes(std::int64_t n)
   std::size_t bytes = 0;
   cub::DoubleBuffer<unsigned long long> keys(nullptr, nullptr);
   cub::DoubleBuffer<std::int32_t> values(nullptr, nullptr);
-  NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys, values, static_cast<int>(n), 0, 3 * mortonBits),
+  NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys, values, static_cast<int>(n), 0, 3 * mortonAxisBits),
     "sizing the radius tree's sort");
   return bytes;
 }
@@ -204,7 +192,7 @@ void CudaRadiusTree::build(CudaRun& run, const float* radii, double constantRadi
   {
     frame.lo[a] = p.lo[a];
     const double extent = p.hi[a] - p.lo[a];
-    frame.scale[a] = extent > 0.0 ? double(1 << mortonBits) / extent : 0.0;
+    frame.scale[a] = extent > 0.0 ? double(1 << mortonAxisBits) / extent : 0.0;
   }
   unsigned long long* keys = keys_.ensure(2 * std::size_t(n), "radius tree keys");
   std::int32_t* order = order_.ensure(2 * std::size_t(n), "radius tree order");
@@ -215,7 +203,7 @@ void CudaRadiusTree::build(CudaRun& run, const float* radii, double constantRadi
   std::size_t bytes = sortScratchBytes(n);
   void* scratch = scratch_.ensure(bytes, "radius tree sort scratch");
   NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch, bytes, keyBuffer, orderBuffer, static_cast<int>(n), 0,
-                  3 * mortonBits, run.stream),
+                  3 * mortonAxisBits, run.stream),
     "sorting the radius tree");
   view_.orderToInput = orderBuffer.Current();
   TreePoint* positions = positions_.ensure(std::size_t(n), "radius tree positions");
