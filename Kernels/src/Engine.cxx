@@ -791,14 +791,7 @@ Report Engine::Impl::runSmoothingLength(const Request& request)
       Request one = points;
       one.neighborTarget = k;
       one.supportRadius = out;
-      try
-      {
-        return runOnce(one, nullptr, false, queries);
-      }
-      catch (const detail::DoesNotFit& tooLarge)
-      {
-        throw Error(std::string(tooLarge.what()) + "; Smoothing Length does not run in slabs yet");
-      }
+      return runOnce(one, nullptr, false, queries); // DoesNotFit: the layer runs it in slabs
     },
     periodicScratch);
 }

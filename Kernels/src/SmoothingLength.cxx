@@ -1,5 +1,6 @@
 #include "SmoothingLength.h"
 
+#include "Backend.h"
 #include "Parallel.h"
 #include "Slabs.h"
 #include "Timer.h"
@@ -13,15 +14,12 @@ namespace neighborgrid
 {
 namespace detail
 {
-namespace
-{
 
 [[noreturn]] void failSmoothingLength(const std::string& message)
 {
   throw Error("NeighborGrid: Smoothing Length: " + message);
 }
 
-/// The stages of one run under a prefix, and what it says about the backend.
 void mergeRun(Report& into, const Report& from, const std::string& prefix)
 {
   for (const StageTime& s : from.stages)
@@ -34,7 +32,11 @@ void mergeRun(Report& into, const Report& from, const std::string& prefix)
   into.backendReason = from.backendReason;
   into.extraDeviceBytes = std::max(into.extraDeviceBytes, from.extraDeviceBytes);
   into.radiusLevels = std::max(into.radiusLevels, from.radiusLevels);
+  into.slabHaloPoints += from.slabHaloPoints;
 }
+
+namespace
+{
 
 /// The periodic box: the k-th nearest over every image. First over the wrapped particles (and,
 /// with k or fewer of them, enough images to have k others), which bounds each point's k-th
@@ -68,7 +70,9 @@ Report runPeriodicSmoothingLength(
     first.periodic[a] = false;
   }
   std::vector<float> bound(static_cast<std::size_t>(queries));
-  mergeRun(report, run(first, queries, k, bound.data()), "bound: ");
+  const Report bounding = run(first, queries, k, bound.data());
+  mergeRun(report, bounding, "bound: ");
+  report.slabs = bounding.slabs;
 
   // The points whose bound reaches past a periodic face further than the images made so far, and
   // the largest such bound (per slice, on every thread).
@@ -133,7 +137,9 @@ Report runPeriodicSmoothingLength(
   Request second = first;
   second.points = Points(points.data(), total);
   std::vector<float> exact(static_cast<std::size_t>(nearCount));
-  mergeRun(report, run(second, nearCount, k, exact.data()), "near the faces: ");
+  const Report nearFaces = run(second, nearCount, k, exact.data());
+  mergeRun(report, nearFaces, "near the faces: ");
+  report.slabs = std::max(report.slabs, nearFaces.slabs);
   for (std::int64_t q = 0; q < nearCount; ++q)
   {
     r.supportRadius[near[q]] = exact[q];
@@ -190,11 +196,6 @@ void validateSmoothingLength(const Request& r)
     failSmoothingLength("smoothingLengthQueries must be -1 (every point) or in [0, " +
       std::to_string(r.points.count) + "], the number of points (got " + std::to_string(r.smoothingLengthQueries) + ")");
   }
-  if (r.points.count > maxPointsPerRun)
-  {
-    failSmoothingLength("more than 2^31 - 2 points do not run in slabs yet; this input has " +
-      std::to_string(r.points.count));
-  }
 }
 
 Report runSmoothingLength(const Request& r, int threads, const KthRun& run, PeriodicScratch& scratch)
@@ -204,11 +205,27 @@ Report runSmoothingLength(const Request& r, int threads, const KthRun& run, Peri
   {
     return Report();
   }
+  // Points that do not fit one run go in slabs, whoever calls (the periodic layer too).
+  const KthRun fitting = [&](const Request& points, std::int64_t q, int k, float* out) {
+    double oversubscribed = double(points.points.count) / double(maxPointsPerRun);
+    if (points.points.count <= maxPointsPerRun)
+    {
+      try
+      {
+        return run(points, q, k, out);
+      }
+      catch (const DoesNotFit& tooLarge)
+      {
+        oversubscribed = tooLarge.available > 0 ? double(tooLarge.needed) / double(tooLarge.available) : 2.0;
+      }
+    }
+    return runKthInSlabs(points, q, k, out, threads, run, oversubscribed);
+  };
   if (r.periodic[0] || r.periodic[1] || r.periodic[2])
   {
-    return runPeriodicSmoothingLength(r, queries, threads, run, scratch);
+    return runPeriodicSmoothingLength(r, queries, threads, fitting, scratch);
   }
-  return run(r, queries, r.neighborTarget, r.supportRadius);
+  return fitting(r, queries, r.neighborTarget, r.supportRadius);
 }
 
 } // namespace detail

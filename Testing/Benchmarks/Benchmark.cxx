@@ -1163,17 +1163,20 @@ int runRadiiSlabs(std::int64_t n, std::int64_t memoryLimit, int runs, std::ofstr
 /// --smoothing-length=N: Smoothing Length (k = 64) of N uniform random points (the 4M row's
 /// density: box 90 at 4M, about 80 neighbors within 1.5) and of --radii's clustered cloud, Auto,
 /// median of `runs`: device-resident (grids and searches) and end to end, with the levels searched
-/// and the median and extremes of the result. CSV: device,table,n,cloud,k,median_ms,end_to_end_ms,
-/// levels,median_radius,min_radius,max_radius
-int runSmoothingLengthTable(std::int64_t n, int runs, std::ofstream& csv)
+/// and the median and extremes of the result. With --memory-limit=BYTES the runs take slabs, and
+/// one run without the limit checks them: the values that differ (0 expected). CSV: device,table,
+/// n,cloud,k,median_ms,end_to_end_ms,levels,median_radius,min_radius,max_radius,slabs,differ
+int runSmoothingLengthTable(std::int64_t n, std::int64_t memoryLimit, int runs, std::ofstream& csv)
 {
-  const std::string header = "device,table,n,cloud,k,median_ms,end_to_end_ms,levels,median_radius,min_radius,max_radius\n";
+  const std::string header =
+    "device,table,n,cloud,k,median_ms,end_to_end_ms,levels,median_radius,min_radius,max_radius,slabs,differ\n";
   std::printf("%s", header.c_str());
   if (csv)
   {
     csv << header;
   }
   Engine engine;
+  engine.setMemoryLimit(memoryLimit);
   for (const char* cloud : { "uniform", "clustered" })
   {
     std::vector<float> xyz, radii, field;
@@ -1203,12 +1206,23 @@ int runSmoothingLengthTable(std::int64_t n, int runs, std::ofstream& csv)
     {
       continue;
     }
+    std::int64_t differ = 0;
+    if (memoryLimit > 0)
+    {
+      std::vector<float> inSlabs(support);
+      Engine oneRun; // no limit
+      oneRun.run(r);
+      for (std::int64_t i = 0; i < n; ++i)
+      {
+        differ += inSlabs[i] != support[i];
+      }
+    }
     std::vector<float> sorted(support);
     std::sort(sorted.begin(), sorted.end());
     std::ostringstream line;
     line << report.device << ",smoothing-length," << n << "," << cloud << ",64," << median(resident) << ","
          << median(wall) << "," << report.radiusLevels << "," << sorted[n / 2] << "," << sorted.front() << ","
-         << sorted.back() << "\n";
+         << sorted.back() << "," << report.slabs << "," << differ << "\n";
     std::printf("%s", line.str().c_str());
     if (csv)
     {
@@ -1319,7 +1333,7 @@ int main(int argc, char** argv)
         "usage: %s [--table=headline|issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|cpu|all|smoke]\n"
         "          [--runs=N] [--csv=FILE] [--volume=N] [--periodic] [--operations=N]\n"
         "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]] [--radii=N] [--radii-slabs=N]\n"
-        "          [--smoothing-length=N]\n"
+        "          [--smoothing-length=N [--memory-limit=BYTES]]\n"
         "          [--methods=counting-sort,radix-sort,fenns,claws,bayraktar,staged-tiles,brute-force,auto] [--cpu] [--roofline]\n",
         argv[0]);
       return 2;
@@ -1367,7 +1381,7 @@ int main(int argc, char** argv)
   }
   if (smoothingLengthPoints > 0)
   {
-    return runSmoothingLengthTable(smoothingLengthPoints, runs, csv);
+    return runSmoothingLengthTable(smoothingLengthPoints, memoryLimit, runs, csv);
   }
   if (ranks > 0)
   {

@@ -300,6 +300,121 @@ TEST(SmoothingLength, EveryCellDescendedMatchesBruteForce)
   unsetenv("NEIGHBORGRID_KTH_CROWDED");
 }
 
+// Points that do not fit one run (here a Memory Limit) run in slabs: each slab alone, then the
+// points whose k-th may lie past their slab over every point within their bound. The results
+// are those of one run, bit for bit, open and periodic; and exact against the brute force.
+TEST(SmoothingLength, InSlabsMatchesOneRun)
+{
+  const bool cuda = backendUnderTest == Backend::CUDA;
+  const std::int64_t n = cuda ? 3000000 : 60000;
+  // The GPU search plans about 33 MB besides its points, the CPU search 48 bytes a point: two or
+  // three slabs, each much wider than a k-th distance (as slabs of real data are).
+  const std::int64_t limit = cuda ? (std::int64_t(192) << 20) : 48 * n * 2 / 5;
+  struct Case
+  {
+    const char* kind;
+    bool periodic;
+    int k;
+  };
+  for (const Case& tc : { Case{ "clustered", false, 64 }, Case{ "duplicates", false, 16 }, Case{ "uniform", true, 32 } })
+  {
+    Cloud c = ngtest::makeCloud(tc.kind, n, 10.0, 41, true);
+    double L[3] = { 0, 0, 0 };
+    if (tc.periodic)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        double lo = HUGE_VAL, hi = -HUGE_VAL;
+        for (std::int64_t i = 0; i < n; ++i)
+        {
+          lo = std::min(lo, c.xyz[3 * i + a]), hi = std::max(hi, c.xyz[3 * i + a]);
+        }
+        L[a] = hi - lo + 0.5;
+      }
+    }
+    auto runWith = [&](std::int64_t memoryLimit, Report& report) {
+      std::vector<float> out;
+      Request r = smoothingLengthRequest(c, tc.k, out);
+      for (int a = 0; a < 3 && tc.periodic; ++a)
+      {
+        r.periodic[a] = true;
+        r.boxOrigin[a] = -L[a] / 2;
+        r.boxLengths[a] = L[a];
+      }
+      Engine engine;
+      engine.setMemoryLimit(memoryLimit);
+      report = engine.run(r);
+      return out;
+    };
+    Report whole, sliced;
+    const std::vector<float> one = runWith(0, whole);
+    const std::vector<float> slabs = runWith(limit, sliced);
+    EXPECT_EQ(whole.slabs, 1) << tc.kind;
+    EXPECT_GE(sliced.slabs, 2) << tc.kind;
+    expectExact(slabs, one, std::string(tc.kind) + (tc.periodic ? ", periodic" : "") + ", in slabs");
+  }
+  if (!cuda)
+  {
+    const Cloud c = ngtest::makeCloud("clustered", 5000, 10.0, 43, false);
+    std::vector<float> out;
+    Engine engine;
+    engine.setMemoryLimit(48 * c.size() / 3);
+    const Report report = engine.run(smoothingLengthRequest(c, 32, out));
+    EXPECT_GE(report.slabs, 2);
+    expectExact(out, bruteForce(c.xyz, 32), c.name + ", in slabs");
+  }
+}
+
+// A few points far from a dense cluster: each one's k-th lies in the cluster, and the box around
+// it holds more points than one run takes. It is found on the host, exact (no error, no cap).
+TEST(SmoothingLength, InSlabsFarPointsTakeTheHost)
+{
+  const bool cuda = backendUnderTest == Backend::CUDA;
+  const std::int64_t clusterPoints = cuda ? 3000000 : 40000;
+  const int farPoints = 8, k = 16;
+  Cloud c;
+  c.name = "a cluster and far points";
+  c.asFloat = false;
+  std::mt19937_64 rng(47);
+  std::normal_distribution<double> gauss(0.0, 0.1);
+  for (std::int64_t i = 0; i < 3 * clusterPoints; ++i)
+  {
+    c.xyz.push_back(gauss(rng));
+  }
+  for (int f = 0; f < farPoints; ++f)
+  {
+    const double far[3] = { 40.0 + 3.0 * f, 20.0 - 6.0 * f, f % 2 ? 30.0 : -30.0 };
+    c.xyz.insert(c.xyz.end(), far, far + 3);
+  }
+  std::vector<float> out;
+  Engine engine;
+  engine.setMemoryLimit(cuda ? (std::int64_t(192) << 20) : 48 * c.size() * 2 / 5);
+  const Report report = engine.run(smoothingLengthRequest(c, k, out));
+  EXPECT_GE(report.slabs, 2);
+  EXPECT_TRUE(std::any_of(report.stages.begin(), report.stages.end(),
+    [](const StageTime& s) { return s.stage.find("on the host") != std::string::npos; }));
+  // The far points and a sample of the cluster against the brute force.
+  std::vector<std::int64_t> checked;
+  for (std::int64_t i = 0; i < c.size(); i = i + 9973 < clusterPoints ? i + 9973 : std::max(i + 1, clusterPoints))
+  {
+    checked.push_back(i);
+  }
+  ASSERT_EQ(checked.back(), c.size() - 1);
+  std::vector<double> squared;
+  for (std::int64_t i : checked)
+  {
+    squared.clear();
+    for (std::int64_t j = 0; j < c.size(); ++j)
+    {
+      if (j != i)
+      {
+        squared.push_back(exactSquared(&c.xyz[3 * i], &c.xyz[3 * j]));
+      }
+    }
+    EXPECT_EQ(out[i], kthOf(squared, k)) << "point " << i;
+  }
+}
+
 TEST(SmoothingLength, LatticeOfEqualDistances)
 {
   // A cubic lattice: 6 neighbors at 1, 12 at sqrt 2, 8 at sqrt 3, 6 at 2; far from the origin, so
