@@ -173,6 +173,13 @@ public:
   virtual bool makesPeriodicImages(const Problem&) const { return false; }
 };
 
+/// Coordinate `axis` of point i in double, whichever precision the points are given in.
+inline double coordinateOf(const Points& p, std::int64_t i, int axis)
+{
+  return p.type == ScalarType::Float64 ? static_cast<const double*>(p.xyz)[3 * i + axis]
+                                       : double(static_cast<const float*>(p.xyz)[3 * i + axis]);
+}
+
 /// Bounds in double and the non-finite check on the host, on `threads` threads.
 void findBoundsOnHost(const Points& points, int threads, double lo[3], double hi[3]);
 

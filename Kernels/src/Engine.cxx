@@ -342,8 +342,7 @@ void failNonFinitePoint(const Points& points, std::int64_t i)
   double v[3];
   for (int a = 0; a < 3; ++a)
   {
-    v[a] = points.type == ScalarType::Float32 ? double(static_cast<const float*>(points.xyz)[3 * i + a])
-                                              : static_cast<const double*>(points.xyz)[3 * i + a];
+    v[a] = coordinateOf(points, i, a);
   }
   std::ostringstream s;
   s << "point " << i << " has a non-finite coordinate (" << v[0] << ", " << v[1] << ", " << v[2] << ")";

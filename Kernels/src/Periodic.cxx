@@ -1,5 +1,6 @@
 #include "Periodic.h"
 
+#include "Backend.h"
 #include "PairTest.h"
 #include "Radii.h"
 #include "PeriodicRanges.h"
@@ -33,8 +34,7 @@ void readPoint(const Points& p, std::int64_t i, double x[3])
 {
   for (int a = 0; a < 3; ++a)
   {
-    x[a] = p.type == ScalarType::Float64 ? static_cast<const double*>(p.xyz)[3 * i + a]
-                                         : static_cast<const float*>(p.xyz)[3 * i + a];
+    x[a] = coordinateOf(p, i, a);
   }
 }
 

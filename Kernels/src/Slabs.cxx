@@ -49,12 +49,6 @@ namespace detail
 namespace
 {
 
-double coordinate(const Points& p, std::int64_t i, int axis)
-{
-  return p.type == ScalarType::Float64 ? static_cast<const double*>(p.xyz)[3 * i + axis]
-                                       : double(static_cast<const float*>(p.xyz)[3 * i + axis]);
-}
-
 /// Beyond R: the double pair test may accept a pair a few units in the last place beyond R.
 double haloMargin(double face, double radius)
 {
@@ -287,7 +281,7 @@ std::vector<double> sortedSample(const Points& p, const HostArray<std::int64_t>*
   for (std::int64_t k = 0; k < wanted; ++k)
   {
     const std::int64_t at = static_cast<std::int64_t>((double(k) + 0.5) * double(count) / double(wanted));
-    sample[k] = coordinate(p, indices ? (*indices)[at] : at, axis);
+    sample[k] = coordinateOf(p, indices ? (*indices)[at] : at, axis);
   }
   std::sort(sample.begin(), sample.end());
   return sample;
@@ -543,7 +537,7 @@ private:
     auto position = [](const Points& points, std::int64_t i, double x[3]) {
       for (int a = 0; a < 3; ++a)
       {
-        x[a] = coordinate(points, i, a);
+        x[a] = coordinateOf(points, i, a);
       }
     };
     if (mode_ == Mode::Particles)

@@ -21,13 +21,6 @@ namespace detail
 namespace
 {
 
-/// Coordinate `axis` of point i, in double.
-double coordinateOf(const Points& p, std::int64_t i, int axis)
-{
-  return p.type == ScalarType::Float32 ? double(static_cast<const float*>(p.xyz)[3 * i + axis])
-                                       : static_cast<const double*>(p.xyz)[3 * i + axis];
-}
-
 /// The indices [0, n) sorted by bucketOf(i) in [0, buckets), stably (a counting sort on every
 /// thread): bucket c is order[start[c], start[c + 1]).
 template <class BucketOf>

@@ -911,6 +911,16 @@ int runHeadline(const std::vector<Method>& methods, int runs, std::ofstream& csv
 /// measured mean and median neighbor counts of each radius rule. CSV: device,table,n,scene,radius,
 /// operation,method,median_ms,end_to_end_ms,levels,searches,mean_neighbors,median_neighbors
 /// The clustered cloud of --radii (below): coordinates, each particle's radius for about 64
+/// The report's stages on one line of stderr, after whatever the caller printed.
+void printStages(const Report& report)
+{
+  for (const auto& stage : report.stages)
+  {
+    std::fprintf(stderr, " %s %.2f ms", stage.stage.c_str(), stage.milliseconds);
+  }
+  std::fprintf(stderr, "\n");
+}
+
 /// neighbors, and a 3-component field.
 void makeClusteredCloud(std::int64_t n, std::vector<float>& xyz, std::vector<float>& radii, std::vector<float>& field)
 {
@@ -1061,11 +1071,7 @@ int runRadii(std::int64_t n, int runs, std::ofstream& csv)
       csv << line.str();
     }
     std::fprintf(stderr, "  %lld implausible values; stages:", static_cast<long long>(bad));
-    for (const auto& stage : report.stages)
-    {
-      std::fprintf(stderr, " %s %.2f ms", stage.stage.c_str(), stage.milliseconds);
-    }
-    std::fprintf(stderr, "\n");
+    printStages(report);
     std::fflush(stdout);
   }
   return 0;
@@ -1150,11 +1156,7 @@ int runRadiiSlabs(std::int64_t n, std::int64_t memoryLimit, int runs, std::ofstr
     std::fprintf(stderr, "  one run: slabs %lld, %lld periodic images; slabs: %lld, halo %lld points; stages:",
       static_cast<long long>(oneReport.slabs), static_cast<long long>(oneReport.periodicImages),
       static_cast<long long>(slabReport.slabs), static_cast<long long>(slabReport.slabHaloPoints));
-    for (const auto& stage : slabReport.stages)
-    {
-      std::fprintf(stderr, " %s %.1f ms", stage.stage.c_str(), stage.milliseconds);
-    }
-    std::fprintf(stderr, "\n");
+    printStages(slabReport);
     std::fflush(stdout);
   }
   return 0;
@@ -1229,11 +1231,7 @@ int runSmoothingLengthTable(std::int64_t n, std::int64_t memoryLimit, int runs, 
       csv << line.str();
     }
     std::fprintf(stderr, "  stages:");
-    for (const auto& stage : report.stages)
-    {
-      std::fprintf(stderr, " %s %.2f ms", stage.stage.c_str(), stage.milliseconds);
-    }
-    std::fprintf(stderr, "\n");
+    printStages(report);
     std::fflush(stdout);
   }
   return 0;
