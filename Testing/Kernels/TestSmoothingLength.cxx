@@ -253,6 +253,12 @@ TEST(SmoothingLength, QueriesBesideACrowdedCoreDescendIntoIt)
 TEST(SmoothingLength, EveryCellDescendedMatchesBruteForce)
 {
   setenv("NEIGHBORGRID_KTH_CROWDED", "1", 1);
+  // On the GPU a crowded cell is walked in two ways: in a grid built from the Morton order (its
+  // cells are runs of it: queries finer than level 0) or in a grid sorted before the Morton order
+  // existed (a crowded cell met at a coarser level). The clouds below take both; stats say which.
+  setenv("NEIGHBORGRID_KTH_STATS", "1", 1);
+  std::string stats;
+  bool onGpu = false;
   for (const char* kind : { "uniform", "clustered", "duplicates", "stacked", "outliers", "far" })
   {
     const Cloud c = ngtest::makeCloud(kind, 2000, 10.0, 303, true);
@@ -262,14 +268,24 @@ TEST(SmoothingLength, EveryCellDescendedMatchesBruteForce)
       Engine engine;
       try
       {
-        engine.run(smoothingLengthRequest(c, k, out));
+        testing::internal::CaptureStderr();
+        const Report report = engine.run(smoothingLengthRequest(c, k, out));
+        stats += testing::internal::GetCapturedStderr();
+        onGpu = report.backend == Backend::CUDA;
         expectExact(out, bruteForce(c.xyz, k), c.name + ", k = " + std::to_string(k));
       }
       catch (const Error& e)
       {
+        stats += testing::internal::GetCapturedStderr();
         ADD_FAILURE() << c.name << ", k = " << k << ": " << e.what();
       }
     }
+  }
+  unsetenv("NEIGHBORGRID_KTH_STATS");
+  if (onGpu)
+  {
+    EXPECT_NE(stats.find("queries finer than level 0"), std::string::npos) << stats;
+    EXPECT_NE(stats.find("a crowded cell at this level"), std::string::npos) << stats;
   }
   const Cloud dense = clusterNextToEmpty(3000, 800, false);
   std::vector<float> out;

@@ -51,6 +51,19 @@ __global__ void computeKeys(InputPoints input, int n, double size, KeyLayout lay
   }
 }
 
+/// keys[s] = the key of the cell of point s of `points`.
+template <class KeyT>
+__global__ void computeKeysOf(InputPoints points, int n, double size, KeyLayout layout, KeyT* __restrict__ keys)
+{
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s < n)
+  {
+    double c[3];
+    inputCell(points, s, size, c);
+    makeKey(layout, c, keys[s]);
+  }
+}
+
 __device__ __forceinline__ WideKey asSlotKey(const WideKey& k)
 {
   return k;
@@ -215,8 +228,20 @@ struct RadixBuild
     }
     // The keys' other buffer takes the unique keys.
     unique = keys.Alternate();
-    NG_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(temp, encodeBytes, keys.Current(), unique, counts, runCount, n,
-                    run.stream),
+    return encode(run, keys.Current(), unique, counts, runCount, runCountHost, scratch);
+  }
+
+  /// Run-length encodes grouped keys (every key's items adjacent) into `unique` and `counts`, and
+  /// returns the number of cells.
+  static int encode(CudaRun& run, const KeyT* keys, KeyT* unique, std::int32_t* counts, int* runCount,
+    int* runCountHost, DeviceBuffer<unsigned char>& scratch)
+  {
+    const int n = static_cast<int>(run.count);
+    std::size_t encodeBytes = 0;
+    NG_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, encodeBytes, keys, unique, counts, runCount, n, run.stream),
+      "sizing the run-length encoding of cell keys");
+    void* temp = scratch.ensure(std::max(scratch.bytes(), encodeBytes), "run-length encoding scratch");
+    NG_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(temp, encodeBytes, keys, unique, counts, runCount, n, run.stream),
       "finding the cells (run-length encoding)");
     NG_CUDA_CHECK(cudaMemcpyAsync(runCountHost, runCount, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
       "reading the number of cells");
@@ -224,6 +249,24 @@ struct RadixBuild
     return *runCountHost;
   }
 };
+
+/// Calls f with a value of the key type of `mode`.
+template <class F>
+void withKeyType(KeyMode mode, const F& f)
+{
+  switch (mode)
+  {
+    case KeyMode::Bits32:
+      f(std::uint32_t{});
+      break;
+    case KeyMode::Bits64:
+      f(std::uint64_t{});
+      break;
+    case KeyMode::Wide:
+      f(WideKey{});
+      break;
+  }
+}
 
 } // namespace
 
@@ -255,55 +298,72 @@ std::int64_t RadixCells::heldBytes() const
     wideSlots_.bytes() + wideKeys_.bytes() + bitsKeys_.bytes() + scratch_.bytes() + runCount_.bytes());
 }
 
+RadixCells::Region RadixCells::ensureRegion(std::int64_t n, KeyMode mode)
+{
+  // keys A | keys B | values A, later the particles (16 bytes per point).
+  const std::int64_t keyBytesAll = alignUp(keySize(mode) * n);
+  const std::int64_t regionBytes = std::max<std::int64_t>(16 * n, 2 * keyBytesAll + 4 * n) + 512;
+  unsigned char* region = region_.ensure(std::size_t(regionBytes), "cell keys and particles");
+  orderToInput_.ensure(std::size_t(n), "cell order to input order");
+  runCountHost_.ensure(1, "cell count (pinned host memory)");
+  runCount_.ensure(1, "cell count");
+  return Region{ region, region + keyBytesAll, reinterpret_cast<std::int32_t*>(region + 2 * keyBytesAll) };
+}
+
 void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys)
 {
   const std::int64_t n = run.count;
-  const std::int64_t k = keySize(layout.mode);
-  // Region: keys A | keys B | values A, later the particles (16 bytes per point).
-  const std::int64_t keyBytesAll = alignUp(k * n);
-  const std::int64_t regionBytes = std::max<std::int64_t>(16 * n, 2 * keyBytesAll + 4 * n) + 512;
-  unsigned char* region = region_.ensure(std::size_t(regionBytes), "cell keys and particles");
-  std::int32_t* orderToInput = orderToInput_.ensure(std::size_t(n), "cell order to input order");
-  runCountHost_.ensure(1, "cell count (pinned host memory)");
-  int* runCount = runCount_.ensure(1, "cell count");
-  void* keysA = region;
-  void* keysB = region + keyBytesAll;
-  std::int32_t* valuesA = reinterpret_cast<std::int32_t*>(region + 2 * keyBytesAll);
-  const int blocks = blocksFor(n);
+  const Region r = ensureRegion(n, layout.mode);
+  std::int32_t* orderToInput = orderToInput_.get();
   int cells = 0;
   void* uniqueKeys = nullptr;
-  auto run3 = [&](auto keyTag) {
+  withKeyType(layout.mode, [&](auto keyTag) {
     using KeyT = decltype(keyTag);
-    computeKeys<KeyT><<<blocks, 256, 0, run.stream>>>(
-      run.input, static_cast<int>(n), cellSize, layout, static_cast<KeyT*>(keysA), valuesA);
+    computeKeys<KeyT><<<blocksFor(n), 256, 0, run.stream>>>(
+      run.input, static_cast<int>(n), cellSize, layout, static_cast<KeyT*>(r.keysA), r.valuesA);
     NG_CUDA_CHECK_LAUNCH("computeKeys");
-    cub::DoubleBuffer<KeyT> keys(static_cast<KeyT*>(keysA), static_cast<KeyT*>(keysB));
-    cub::DoubleBuffer<std::int32_t> values(valuesA, orderToInput);
+    cub::DoubleBuffer<KeyT> keys(static_cast<KeyT*>(r.keysA), static_cast<KeyT*>(r.keysB));
+    cub::DoubleBuffer<std::int32_t> values(r.valuesA, orderToInput);
     KeyT* unique = nullptr;
-    cells = RadixBuild<KeyT, WideKeyDecomposer>::sortAndEncode(
-      run, keys, values, layout.bits, valuesA, runCount, runCountHost_.get(), scratch_, orderToInput, unique);
+    cells = RadixBuild<KeyT, WideKeyDecomposer>::sortAndEncode(run, keys, values, layout.bits, r.valuesA,
+      runCount_.get(), runCountHost_.get(), scratch_, orderToInput, unique);
     uniqueKeys = unique;
-  };
-  switch (layout.mode)
-  {
-    case KeyMode::Bits32:
-      run3(std::uint32_t{});
-      break;
-    case KeyMode::Bits64:
-      run3(std::uint64_t{});
-      break;
-    case KeyMode::Wide:
-      run3(WideKey{});
-      break;
-  }
-  // Cell starts: an inclusive sum of the counts (in valuesA) after a zero.
+  });
+  finishTable(run, layout, cellSize, keepKeys, cells, uniqueKeys, r.valuesA);
+}
+
+void RadixCells::buildGrouped(CudaRun& run, const KeyLayout& layout, double cellSize, const std::int32_t* grouped,
+  const InputPoints& inGroupedOrder)
+{
+  const std::int64_t n = run.count;
+  // The region as build() uses it: keys in A, the unique keys in B, the counts in values A.
+  const Region r = ensureRegion(n, layout.mode);
+  NG_CUDA_CHECK(cudaMemcpyAsync(orderToInput_.get(), grouped, sizeof(std::int32_t) * std::size_t(n),
+                  cudaMemcpyDeviceToDevice, run.stream),
+    "taking the grouped order");
+  int cells = 0;
+  withKeyType(layout.mode, [&](auto keyTag) {
+    using KeyT = decltype(keyTag);
+    computeKeysOf<KeyT><<<blocksFor(n), 256, 0, run.stream>>>(
+      inGroupedOrder, static_cast<int>(n), cellSize, layout, static_cast<KeyT*>(r.keysA));
+    NG_CUDA_CHECK_LAUNCH("computeKeysOf");
+    cells = RadixBuild<KeyT, WideKeyDecomposer>::encode(run, static_cast<const KeyT*>(r.keysA),
+      static_cast<KeyT*>(r.keysB), r.valuesA, runCount_.get(), runCountHost_.get(), scratch_);
+  });
+  finishTable(run, layout, cellSize, false, cells, r.keysB, r.valuesA);
+}
+
+void RadixCells::finishTable(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int cells,
+  const void* uniqueKeys, const std::int32_t* counts)
+{
+  // Cell starts: an inclusive sum of the counts after a zero.
   std::int32_t* start = start_.ensure(std::size_t(cells) + 1, "cell starts");
   NG_CUDA_CHECK(cudaMemsetAsync(start, 0, sizeof(std::int32_t), run.stream), "cell starts");
   std::size_t scanBytes = 0;
-  NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scanBytes, valuesA, start + 1, cells, run.stream),
+  NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scanBytes, counts, start + 1, cells, run.stream),
     "sizing the cell scan");
   void* temp = scratch_.ensure(std::max(scratch_.bytes(), scanBytes) + 1, "scan scratch");
-  NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scanBytes, valuesA, start + 1, cells, run.stream),
+  NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scanBytes, counts, start + 1, cells, run.stream),
     "scanning cell counts");
 
   // The lookup table.

@@ -89,6 +89,12 @@ public:
   /// in key order, a lookup table; particleRegion() (16 bytes per point) is then free for the
   /// caller. keepKeys: the table can give each cell's coordinates.
   void build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys);
+  /// The same without the sort, for points already grouped by these cells: `grouped` (run.count
+  /// input indices) puts every cell's points next to each other (a Morton order of finer cells
+  /// aligned to these), and inGroupedOrder holds their coordinates in that order (read as a
+  /// stream). The cells are in that order, not in key order; no keys are kept.
+  void buildGrouped(CudaRun& run, const KeyLayout& layout, double cellSize, const std::int32_t* grouped,
+    const InputPoints& inGroupedOrder);
   const CellTable& table() const { return table_; }
   std::int32_t* orderToInput() const { return orderToInput_.get(); }
   Particle* particleRegion() const { return reinterpret_cast<Particle*>(region_.get()); }
@@ -97,6 +103,17 @@ public:
   std::int64_t heldBytes() const;
 
 private:
+  struct Region
+  {
+    void* keysA;
+    void* keysB;
+    std::int32_t* valuesA;
+  };
+  /// The key buffers for n points (the particles reuse them later), and the small buffers.
+  Region ensureRegion(std::int64_t n, KeyMode mode);
+  /// Cell starts from the counts, and the lookup table of the unique keys.
+  void finishTable(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int cells,
+    const void* uniqueKeys, const std::int32_t* counts);
   DeviceBuffer<unsigned char> region_;
   DeviceBuffer<std::int32_t> orderToInput_;
   DeviceBuffer<std::int32_t> start_;

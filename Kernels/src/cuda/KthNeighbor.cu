@@ -47,10 +47,12 @@ struct KthGrid
   const Particle* particles = nullptr;
   const std::int32_t* orderToInput = nullptr;
   InputPoints input;
+  InputPoints inOrder; // the input coordinates (as given) in the level's order: a cell's run is contiguous
   double cellSize = 1.0;
   double inverseCellSize = 1.0;
   KthMorton morton;
-  int levelsBelow = 0; // levels finer than this one down to the Morton keys' cells
+  int levelsBelow = 0;      // levels finer than this one down to the Morton keys' cells
+  bool mortonCells = false; // the grid was built from the Morton order: its positions are Morton positions
 };
 
 /// The first position in [begin, end) whose key is not below `key`.
@@ -134,11 +136,21 @@ __device__ __forceinline__ void heapReplaceTop(float* h, int stride, int size, f
   h[i * stride] = v;
 }
 
-/// A point as a visit names it: its position in the level's order (>= 0), or -1 - its position
-/// in the Morton order (a crowded cell's). The input index is looked up only where it is needed.
-__device__ __forceinline__ std::int64_t inputOf(const KthGrid& g, std::int64_t point)
+/// The exact squared distance (PairTest.h's formula, input units) from a query at q to a point as
+/// a visit names it: its position in the level's order (>= 0), read from the level's copy of the
+/// coordinates, or -1 - its position in the Morton order (a crowded cell's), read from the input.
+__device__ __forceinline__ double exactSquaredTo(const KthGrid& g, const double q[3], std::int64_t point)
 {
-  return point >= 0 ? g.orderToInput[point] : g.morton.order[-1 - point];
+  double b[3];
+  if (point >= 0)
+  {
+    g.inOrder.get(point, b[0], b[1], b[2]);
+  }
+  else
+  {
+    g.input.get(g.morton.order[-1 - point], b[0], b[1], b[2]);
+  }
+  return exactSquaredDistance(q[0], q[1], q[2], b[0], b[1], b[2]);
 }
 
 /// Calls visit(point, r2) for every point of the crowded cell `cell` (at its offset, query
@@ -147,7 +159,7 @@ __device__ __forceinline__ std::int64_t inputOf(const KthGrid& g, std::int64_t p
 /// tested point by point.
 template <class Limit, class Visit>
 __device__ void visitCrowdedCell(const KthGrid& g, std::int64_t qi, const double cell[3], const Particle& qs,
-  const Limit& limit2, const Visit& visit)
+  int cellBegin, int cellEnd, const Limit& limit2, const Visit& visit)
 {
   const KthMorton& mo = g.morton;
   const int below = g.levelsBelow;
@@ -162,8 +174,15 @@ __device__ void visitCrowdedCell(const KthGrid& g, std::int64_t qi, const double
     int begin, end;
     unsigned left; // children not visited yet, one bit each
   } stack[mortonAxisBits + 1];
-  stack[0].begin = firstKeyAtLeast(mo.keys, 0, mo.count, cellKey);
-  stack[0].end = firstKeyAtLeast(mo.keys, stack[0].begin, mo.count, cellKey + (std::uint64_t(1) << (3 * below)));
+  if (g.mortonCells)
+  {
+    stack[0].begin = cellBegin, stack[0].end = cellEnd; // the grid's cell is this run
+  }
+  else
+  {
+    stack[0].begin = firstKeyAtLeast(mo.keys, 0, mo.count, cellKey);
+    stack[0].end = firstKeyAtLeast(mo.keys, stack[0].begin, mo.count, cellKey + (std::uint64_t(1) << (3 * below)));
+  }
   stack[0].left = 0xffu;
   int depth = 0;
   unsigned node[3] = { 0, 0, 0 }; // the node's coordinates within the cell, in cells of 2^-depth
@@ -225,6 +244,24 @@ __device__ void visitCrowdedCell(const KthGrid& g, std::int64_t qi, const double
       node[0] = childAt[0], node[1] = childAt[1], node[2] = childAt[2];
       continue;
     }
+    if (g.mortonCells)
+    {
+      // The grid's own particles: every point of the run lies in `cell`, framed in it.
+      for (int j = begin; j < end; ++j)
+      {
+        if (g.orderToInput[j] == qi)
+        {
+          continue;
+        }
+        float r2 = squaredDistance(qs, g.particles[j]);
+        if (!(r2 == r2))
+        {
+          r2 = exactFrameDistance(g, qi, g.orderToInput[j]); // a huge cell (CellGrid.h)
+        }
+        visit(j, r2);
+      }
+      continue;
+    }
     for (int j = begin; j < end; ++j)
     {
       const std::int32_t input = mo.order[j];
@@ -281,7 +318,7 @@ __device__ bool visitNearCells(const KthGrid& g, std::int64_t qi, const double c
     const int begin = g.table.start[m], end = g.table.start[m + 1];
     if (end - begin > g.morton.crowded && g.levelsBelow > 0)
     {
-      visitCrowdedCell(g, qi, cell, qs, limit2, visit);
+      visitCrowdedCell(g, qi, cell, qs, begin, end, limit2, visit);
       continue;
     }
     const bool own = t == 0; // the table starts with the query's own cell
@@ -302,56 +339,23 @@ __device__ bool visitNearCells(const KthGrid& g, std::int64_t qi, const double c
   return false;
 }
 
-/// The exact k-th squared distance of query qi from the pairs forEach(visit) passes to visit(point,
-/// r2): `below` pairs lie clearly nearer than the float k-th; among those within the band
-/// [nearer, farther], the smallest exact distance above the last and its ties, until k are
-/// counted. -1 when the band holds no pair (cannot happen: the float k-th's pair lies in it).
-template <class ForEach>
-__device__ double exactKth(const KthGrid& g, std::int64_t qi, int k, float nearer, float farther,
-  const ForEach& forEach, int& passes)
+/// The frame-unit limit beyond which a float pair distance r2 (squaredDistance in a cell's frame)
+/// lies at or beyond the exact squared distance `squared` (input units): its frame value rounded
+/// up, plus the float distance's error bound (kthBand).
+__device__ float kthFrameLimit(double squared, double inverseCellSize)
 {
-  int below = 0;
-  double previous = -1.0;
-  for (;; ++passes)
-  {
-    double best = HUGE_VAL; // +inf: squared distances beyond 1e154 overflow to it, and tie there
-    int ties = 0;
-    const bool first = previous < 0.0;
-    forEach([&](std::int64_t point, float r2) {
-      if (r2 < nearer)
-      {
-        below += first ? 1 : 0;
-      }
-      else if (r2 <= farther)
-      {
-        const double e = exactSquared(g, qi, inputOf(g, point));
-        if (e > previous)
-        {
-          ties = e < best ? 1 : ties + (e == best ? 1 : 0);
-          best = fmin(best, e);
-        }
-      }
-    });
-    if (ties == 0)
-    {
-      return -1.0;
-    }
-    below += ties;
-    if (below >= k)
-    {
-      return best;
-    }
-    previous = best;
-  }
+  const float frame = __double2float_ru(squared * inverseCellSize * inverseCellSize);
+  return frame + kthBand(frame);
 }
 
 /// The search of one level: thread i takes query baseOrder[atLevel[i]], the level's queries in
-/// base order (neighbors in one warp). Its k nearest float distances first (heap in shared
-/// memory), then the exact k-th from a second visit of its cells: pairs clearly nearer than the
-/// float k-th are counted, those within rounding of it ordered in double. A query whose k-th may
-/// lie beyond the table's reach moves up a level. Three blocks of 256 share a multiprocessor at
-/// k = 64 (the heaps fill its shared memory): the bounds keep the registers to what three allow
-/// (80; the crowded-cell walk took it to 86 and the search to two blocks, 40% slower).
+/// base order (neighbors in one warp). Its heap (shared memory) keeps the k smallest support
+/// radii, supportRadiusOf(exact squared distance), of the pairs it visits: supportRadiusOf is
+/// monotone, so the k-th smallest radius is the radius of the exact k-th distance, the answer,
+/// with no second visit. The float distance in the cell's frame rejects a pair that lies clearly
+/// beyond the heap's top; the others are measured in double. A query whose k-th may lie beyond
+/// the table's reach moves up a level. Three blocks of 256 share a multiprocessor at k = 64 (the
+/// heaps fill its shared memory): the bounds keep the registers to what three allow.
 __global__ void __launch_bounds__(256, 3) kthNeighborLevel(KthGrid g, const std::int32_t* __restrict__ baseOrder,
   unsigned char* levels, const int* __restrict__ atLevel, int count, unsigned char level, bool coarsest, int k,
   float* __restrict__ out, int* __restrict__ counters, unsigned long long* stats)
@@ -367,49 +371,85 @@ __global__ void __launch_bounds__(256, 3) kthNeighborLevel(KthGrid g, const std:
   double c[3];
   inputCell(g.input, qi, g.cellSize, c);
   const Particle q = inputParticle(g.input, qi, g.cellSize, g.inverseCellSize);
+  double at[3];
+  g.input.get(qi, at[0], at[1], at[2]);
   float* h = heaps + threadIdx.x;
   const int stride = blockDim.x;
 
-  int size = 0, candidates = 0, passes = 0;
-  float kth = FLT_MAX;
-  visitNearCells(g, qi, c, q, [&] { return size == k ? kth : FLT_MAX; }, [&](std::int64_t, float r2) {
+  int size = 0, candidates = 0, measured = 0;
+  double kthSquared = HUGE_VAL; // the heap's top squared (exact in double) once it holds k
+  float limit = INFINITY;       // kthFrameLimit(kthSquared): farther float pairs cannot enter
+  visitNearCells(g, qi, c, q, [&] { return limit; }, [&](std::int64_t point, float r2) {
     ++candidates;
+    if (r2 > limit)
+    {
+      return;
+    }
+    ++measured;
+    const double exact = exactSquaredTo(g, at, point);
+    if (size == k && !(exact < kthSquared))
+    {
+      return; // its radius could not be below the top's
+    }
+    const float radius = supportRadiusOf(exact);
     if (size < k)
     {
-      heapPush(h, stride, size++, r2);
-      kth = h[0];
+      heapPush(h, stride, size++, radius);
     }
-    else if (r2 < kth)
+    else if (radius < h[0])
     {
-      heapReplaceTop(h, stride, k, r2);
-      kth = h[0];
+      heapReplaceTop(h, stride, k, radius);
+    }
+    else
+    {
+      return;
+    }
+    if (size == k)
+    {
+      kthSquared = double(h[0]) * double(h[0]);
+      limit = kthFrameLimit(kthSquared, g.inverseCellSize);
     }
   });
-  const float band = kthBand(kth);
   // At the coarsest level every point lies within one cell (even where distances overflow).
-  if (size < k || (!coarsest && !kthBeyond(float(kthReach * kthReach), kth + band)))
+  if (size < k || (!coarsest && !kthBeyond(float(kthReach * kthReach), limit)))
   {
     levels[t] = level + 1;
     atomicAdd(counters + level + 1, 1);
     return;
   }
-  const float nearer = kth - band, farther = kth + band;
-  const double exact = exactKth(g, qi, k, nearer, farther, [&](const auto& visit) {
-    visitNearCells(g, qi, c, q, [&] { return farther; }, visit);
-  }, passes);
-  if (exact < 0.0)
-  {
-    atomicAdd(counters + levelSlots, 1);
-    out[qi] = NAN;
-    return;
-  }
-  out[qi] = supportRadiusOf(exact);
+  out[qi] = h[0];
   if (stats)
   {
     atomicAdd(stats, static_cast<unsigned long long>(candidates));
-    atomicAdd(stats + 1, static_cast<unsigned long long>(passes + 1));
+    atomicAdd(stats + 1, static_cast<unsigned long long>(measured));
     atomicAdd(stats + 2, 1ull);
     atomicMax(stats + 3, static_cast<unsigned long long>(candidates));
+  }
+}
+
+/// Frame coordinates of every point of `points` (a copy in the grid's order), as particlesInOrder.
+__global__ void particlesOf(InputPoints points, int n, double cellSize, double inverseCellSize,
+  Particle* __restrict__ particles)
+{
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s < n)
+  {
+    particles[s] = inputParticle(points, s, cellSize, inverseCellSize);
+  }
+}
+
+/// The input coordinates, as given (float or double), in the level's order.
+template <class Scalar>
+__global__ void coordinatesInOrder(const Scalar* __restrict__ input, const std::int32_t* __restrict__ orderToInput,
+  int n, Scalar* __restrict__ ordered)
+{
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s < n)
+  {
+    const std::int64_t i = orderToInput[s];
+    ordered[3 * std::int64_t(s)] = input[3 * i];
+    ordered[3 * std::int64_t(s) + 1] = input[3 * i + 1];
+    ordered[3 * std::int64_t(s) + 2] = input[3 * i + 2];
   }
 }
 
@@ -473,6 +513,41 @@ __global__ void refineLevels(KthGrid g, const std::int32_t* __restrict__ baseOrd
   }
 }
 
+/// The key of input point i's cell of `size` (the finest level's) in the Morton order.
+__device__ std::uint64_t mortonKeyOf(const InputPoints& input, std::int64_t i, double size, const double origin[3])
+{
+  double c[3];
+  inputCell(input, i, size, c);
+  return mortonKey(static_cast<std::uint64_t>(c[0] - origin[0]), static_cast<std::uint64_t>(c[1] - origin[1]),
+    static_cast<std::uint64_t>(c[2] - origin[2]));
+}
+
+/// refineLevels for every level from -1 down to `finest` in one pass: a query's cell at level l is
+/// the run of the sorted Morton keys that share its key's bits above 3 (l - lowest), each run
+/// inside the one before.
+__global__ void refineLevelsInMorton(KthMorton mo, InputPoints input, double finestCell,
+  const std::int32_t* __restrict__ baseOrder, unsigned char* __restrict__ levels, int n, int finest, int lowest,
+  float expected)
+{
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= n || levels[t] == noLevel || int(levels[t]) + lowest >= -1)
+  {
+    return;
+  }
+  int current = int(levels[t]) + lowest;
+  const std::uint64_t key = mortonKeyOf(input, baseOrder[t], finestCell, mo.origin);
+  int begin = 0, end = mo.count;
+  for (int level = -1; level >= finest && current < level; --level)
+  {
+    const int shift = 3 * (level - lowest);
+    const std::uint64_t first = key >> shift << shift;
+    begin = firstKeyAtLeast(mo.keys, begin, end, first);
+    end = firstKeyAtLeast(mo.keys, begin, end, first + (std::uint64_t(1) << shift));
+    current = level + kthLevelFor(end - begin, expected, lowest - level, 0);
+  }
+  levels[t] = static_cast<unsigned char>(current - lowest);
+}
+
 /// Selects the positions t of the base order whose query is at one level.
 struct AtLevel
 {
@@ -514,10 +589,8 @@ __global__ void mortonKeys(InputPoints input, int n, double size, double ox, dou
   {
     return;
   }
-  double c[3];
-  inputCell(input, i, size, c);
-  keys[i] = mortonKey(static_cast<std::uint64_t>(c[0] - ox), static_cast<std::uint64_t>(c[1] - oy),
-    static_cast<std::uint64_t>(c[2] - oz));
+  const double origin[3] = { ox, oy, oz };
+  keys[i] = mortonKeyOf(input, i, size, origin);
   order[i] = i;
 }
 
@@ -584,7 +657,7 @@ bool mortonOrigin(const double lo[3], const double hi[3], double finest, int lev
 
 CudaKthNeighbor::CudaKthNeighbor(DevicePool& pool)
   : cells_(pool), baseOrder_(pool), levels_(pool), counters_(pool), selected_(pool), scratch_(pool),
-    mortonKeys_(pool), mortonOrder_(pool)
+    mortonKeys_(pool), mortonOrder_(pool), inOrder_(pool)
 {
   static_assert(sizeof(KthCellOffset) == 4, "offsets travel as 4 bytes");
 }
@@ -599,14 +672,16 @@ std::int64_t CudaKthNeighbor::plannedBytes(const Problem& p)
   const KeyLayout layout = makeKeyLayout(p.lo, p.hi, std::ldexp(base, lowest));
   // The Morton order: keys and order, double-buffered for the sort, and CUB's scratch.
   const std::int64_t morton = 24 * n + n / 4;
-  return RadixCells::plannedBytes(n, layout, false) + 9 * n + morton + 4 * (levelSlots + 3) + (std::int64_t(1) << 20);
+  const std::int64_t inOrder = (p.input.type == ScalarType::Float64 ? 24 : 12) * n;
+  return RadixCells::plannedBytes(n, layout, false) + 9 * n + morton + inOrder + 4 * (levelSlots + 3) +
+    (std::int64_t(1) << 20);
 }
 
 std::int64_t CudaKthNeighbor::heldBytes() const
 {
   return cells_.heldBytes() +
     std::int64_t(baseOrder_.bytes() + levels_.bytes() + counters_.bytes() + selected_.bytes() + scratch_.bytes() +
-      mortonKeys_.bytes() + mortonOrder_.bytes());
+      mortonKeys_.bytes() + mortonOrder_.bytes() + inOrder_.bytes());
 }
 
 void CudaKthNeighbor::buildMortonOrder(CudaRun& run, double finest, const double origin[3])
@@ -648,7 +723,7 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
     "uploading the cell offsets");
   std::int32_t* baseOrder = baseOrder_.ensure(std::size_t(n), "queries in cell order");
   unsigned char* levels = levels_.ensure(std::size_t(n), "level of each query");
-  // Queries per level, then the failure count, the selection's count and the largest cell.
+  // Queries per level, then the refinement count, the selection's count and the largest cell.
   int* counters = counters_.ensure(levelSlots + 3, "queries per level");
   int* countersHost = countersHost_.ensure(levelSlots + 1, "queries per level (pinned host memory)");
   NG_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(int) * (levelSlots + 1), run.stream), "clearing the level counts");
@@ -665,19 +740,61 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
   NG_CUDA_CHECK(cudaFuncSetAttribute(kthNeighborLevel, cudaFuncAttributeMaxDynamicSharedMemorySize, heapBytes),
     "shared memory of the Smoothing Length search");
 
+  // Once the Morton order exists, every level's cells are runs of it: the grids need no sort, and
+  // share one order and one copy of the coordinates.
+  KthMorton morton;
+  morton.count = n;
+  bool mortonBuilt = false, inOrderIsMorton = false;
+  InputPoints mortonCoordinates;
+  // The input coordinates in the grid's order (a cell's points share cache lines; the input's
+  // order is the caller's, often random): the search measures pairs in double from them, and the
+  // grouped builds read them as a stream.
+  auto copyCoordinatesInOrder = [&](const std::int32_t* order) {
+    InputPoints copy;
+    copy.isDouble = run.input.isDouble;
+    if (run.input.isDouble)
+    {
+      double* to = reinterpret_cast<double*>(inOrder_.ensure(24 * std::size_t(n), "coordinates in cell order"));
+      coordinatesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(static_cast<const double*>(run.input.xyz), order, n, to);
+      copy.xyz = to;
+    }
+    else
+    {
+      float* to = reinterpret_cast<float*>(inOrder_.ensure(12 * std::size_t(n), "coordinates in cell order"));
+      coordinatesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(static_cast<const float*>(run.input.xyz), order, n, to);
+      copy.xyz = to;
+    }
+    NG_CUDA_CHECK_LAUNCH("coordinatesInOrder");
+    return copy;
+  };
   auto buildLevel = [&](int level) {
     const double size = std::ldexp(base, level);
-    cells_.build(run, makeKeyLayout(p.lo, p.hi, size), size, false);
+    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, size);
     KthGrid g;
+    if (mortonBuilt)
+    {
+      if (!inOrderIsMorton)
+      {
+        mortonCoordinates = copyCoordinatesInOrder(morton.order);
+        inOrderIsMorton = true;
+      }
+      cells_.buildGrouped(run, layout, size, morton.order, mortonCoordinates);
+      g.inOrder = mortonCoordinates;
+    }
+    else
+    {
+      cells_.build(run, layout, size, false);
+      g.inOrder = copyCoordinatesInOrder(cells_.orderToInput());
+    }
+    g.mortonCells = mortonBuilt;
     g.table = cells_.table();
     g.particles = cells_.particleRegion();
     g.orderToInput = cells_.orderToInput();
     g.input = run.input;
     g.cellSize = size;
     g.inverseCellSize = 1.0 / size;
-    particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(run.input, g.orderToInput, n, size, 1.0 / size,
-      cells_.particleRegion());
-    NG_CUDA_CHECK_LAUNCH("particlesInOrder");
+    particlesOf<<<blocksFor(n), 256, 0, run.stream>>>(g.inOrder, n, size, 1.0 / size, cells_.particleRegion());
+    NG_CUDA_CHECK_LAUNCH("particlesOf");
     return g;
   };
 
@@ -690,6 +807,24 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
       "reading the largest cell");
     NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "finding the largest cell");
     return countersHost[0];
+  };
+
+  // Crowded cells: more points than a few times k (NEIGHBORGRID_KTH_CROWDED: tests descend more).
+  const char* crowdedOverride = std::getenv("NEIGHBORGRID_KTH_CROWDED");
+  const int crowded = crowdedOverride ? std::max(1, std::atoi(crowdedOverride)) : std::max(64, 2 * k);
+  const double finestCell = std::ldexp(base, lowest);
+  const bool descends = mortonOrigin(p.lo, p.hi, finestCell, highest - lowest, morton.origin);
+  const bool printStats = std::getenv("NEIGHBORGRID_KTH_STATS") != nullptr;
+  auto takeMortonOrder = [&](const char* when) {
+    if (printStats)
+    {
+      std::fprintf(stderr, "%s: cells of more than %d points descended (Morton order)\n", when, crowded);
+    }
+    buildMortonOrder(run, finestCell, morton.origin);
+    morton.keys = sortedKeys_;
+    morton.order = sortedOrder_;
+    morton.crowded = crowded;
+    mortonBuilt = true;
   };
 
   KthGrid grid = buildLevel(0);
@@ -711,8 +846,15 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
     }
   }
   int gridLevel = 0;
+  if (descends && finest < 0)
+  {
+    takeMortonOrder("queries finer than level 0");
+    refineLevelsInMorton<<<blocksFor(n), 256, 0, run.stream>>>(morton, run.input, finestCell, baseOrder, levels, n,
+      std::max(finest, lowest), lowest, kthExpectedPerBaseCell(k));
+    NG_CUDA_CHECK_LAUNCH("refineLevelsInMorton");
+  }
   int* finer = counters + levelSlots;
-  for (int level = -1; level > finest - 1 && level >= lowest; --level)
+  for (int level = -1; !mortonBuilt && level > finest - 1 && level >= lowest; --level)
   {
     NG_CUDA_CHECK(cudaMemsetAsync(finer, 0, sizeof(int), run.stream), "clearing the refinement count");
     grid = buildLevel(level);
@@ -735,38 +877,21 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
     "reading the level counts");
   NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "assigning levels");
   std::vector<int> waiting(countersHost, countersHost + levelSlots);
-  KthMorton morton;
-  morton.count = n;
-  // Crowded cells: more points than a few times k (NEIGHBORGRID_KTH_CROWDED: tests descend more).
-  const char* crowdedOverride = std::getenv("NEIGHBORGRID_KTH_CROWDED");
-  const int crowded = crowdedOverride ? std::max(1, std::atoi(crowdedOverride)) : std::max(64, 2 * k);
-  const double finestCell = std::ldexp(base, lowest);
-  const bool descends = mortonOrigin(p.lo, p.hi, finestCell, highest - lowest, morton.origin);
-  bool mortonBuilt = false;
-  const bool printStats = std::getenv("NEIGHBORGRID_KTH_STATS") != nullptr;
-  auto takeMortonOrder = [&](const char* when) {
-    if (printStats)
-    {
-      std::fprintf(stderr, "%s: cells of more than %d points descended (Morton order)\n", when, crowded);
-    }
-    buildMortonOrder(run, finestCell, morton.origin);
-    morton.keys = sortedKeys_;
-    morton.order = sortedOrder_;
-    morton.crowded = crowded;
-    mortonBuilt = true;
-  };
   // Queries at several levels (a clustered cloud): each level's queries in Morton order, so that
   // the threads of a warp search one neighborhood at every level, not a cell of level 0 at random.
   if (descends && std::count_if(waiting.begin(), waiting.end(), [](int w) { return w > 0; }) > 1)
   {
-    takeMortonOrder("queries at several levels, in Morton order");
+    if (!mortonBuilt)
+    {
+      takeMortonOrder("queries at several levels, in Morton order");
+    }
     unsigned char* levelOfInput = reinterpret_cast<unsigned char*>(selected_.ensure(std::size_t(n), "queries of one level"));
     levelsByInput<<<blocksFor(n), 256, 0, run.stream>>>(baseOrder, levels, n, levelOfInput);
     NG_CUDA_CHECK_LAUNCH("levelsByInput");
     takeBaseOrder<<<blocksFor(n), 256, 0, run.stream>>>(morton.order, levelOfInput, n, baseOrder, levels);
     NG_CUDA_CHECK_LAUNCH("takeBaseOrder");
   }
-  // NEIGHBORGRID_KTH_STATS: candidates and exact passes per level on stderr (diagnostics).
+  // NEIGHBORGRID_KTH_STATS: candidates and pairs measured in double per level on stderr (diagnostics).
   unsigned long long* stats = nullptr;
   cudaEvent_t searchEvents[2] = { nullptr, nullptr };
   std::chrono::steady_clock::time_point levelStart;
@@ -842,7 +967,7 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
       const double levelMs =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - levelStart).count();
       std::fprintf(stderr,
-        "level %d (cell %g): %d queries, %llu finished, %.1f candidates (most %llu), %.2f exact passes each, %d up; "
+        "level %d (cell %g): %d queries, %llu finished, %.1f candidates (most %llu), %.1f measured in double each, %d up; "
         "search %.2f ms of %.2f\n",
         level, std::ldexp(base, level), waiting[slot], h[2], double(h[0]) / double(h[2] ? h[2] : 1), h[3],
         double(h[1]) / double(h[2] ? h[2] : 1), waiting[slot + 1], searchMs, levelMs);
@@ -858,14 +983,6 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
     cudaFreeAsync(stats, run.stream);
     cudaEventDestroy(searchEvents[0]);
     cudaEventDestroy(searchEvents[1]);
-  }
-  NG_CUDA_CHECK(cudaMemcpyAsync(countersHost, counters + levelSlots, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
-    "reading the failure count");
-  NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "Smoothing Length search");
-  if (countersHost[0] != 0)
-  {
-    throw Error("NeighborGrid: Smoothing Length: " + std::to_string(countersHost[0]) +
-      " points lost their k-th neighbor in the exact pass (an internal error; please report it)");
   }
   return searched;
 }

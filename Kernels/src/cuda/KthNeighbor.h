@@ -33,6 +33,7 @@ private:
   DeviceBuffer<unsigned char> scratch_;
   DeviceBuffer<std::uint64_t> mortonKeys_; // two buffers of n keys for the sort
   DeviceBuffer<std::int32_t> mortonOrder_; // two buffers of n positions
+  DeviceBuffer<unsigned char> inOrder_;     // the input coordinates in the level's order
   const std::uint64_t* sortedKeys_ = nullptr;
   const std::int32_t* sortedOrder_ = nullptr;
   PinnedBuffer<int> countersHost_;
