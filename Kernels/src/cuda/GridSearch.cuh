@@ -126,14 +126,15 @@ void launchGridSearch(CudaRun& run, const CellTable& grid, const Particle* parti
 
 namespace
 {
-/// particles[s] = input point orderToInput[s] in frame coordinates of its cell.
+/// particles[s] = input point orderToInput[s] in frame coordinates of its cell (point s where
+/// orderToInput is null: the input is already in order).
 __global__ void particlesInOrder(InputPoints input, const std::int32_t* __restrict__ orderToInput, int n,
   double cellSize, double inverseCellSize, Particle* __restrict__ particles)
 {
   const int s = blockIdx.x * blockDim.x + threadIdx.x;
   if (s < n)
   {
-    particles[s] = inputParticle(input, orderToInput[s], cellSize, inverseCellSize);
+    particles[s] = inputParticle(input, orderToInput ? orderToInput[s] : s, cellSize, inverseCellSize);
   }
 }
 } // namespace

@@ -427,17 +427,6 @@ __global__ void __launch_bounds__(256, 3) kthNeighborLevel(KthGrid g, const std:
   }
 }
 
-/// Frame coordinates of every point of `points` (a copy in the grid's order), as particlesInOrder.
-__global__ void particlesOf(InputPoints points, int n, double cellSize, double inverseCellSize,
-  Particle* __restrict__ particles)
-{
-  const int s = blockIdx.x * blockDim.x + threadIdx.x;
-  if (s < n)
-  {
-    particles[s] = inputParticle(points, s, cellSize, inverseCellSize);
-  }
-}
-
 /// The input coordinates, as given (float or double), in the level's order.
 template <class Scalar>
 __global__ void coordinatesInOrder(const Scalar* __restrict__ input, const std::int32_t* __restrict__ orderToInput,
@@ -793,8 +782,10 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
     g.input = run.input;
     g.cellSize = size;
     g.inverseCellSize = 1.0 / size;
-    particlesOf<<<blocksFor(n), 256, 0, run.stream>>>(g.inOrder, n, size, 1.0 / size, cells_.particleRegion());
-    NG_CUDA_CHECK_LAUNCH("particlesOf");
+    // From the copy, already in the grid's order: read as a stream.
+    particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(g.inOrder, nullptr, n, size, 1.0 / size,
+      cells_.particleRegion());
+    NG_CUDA_CHECK_LAUNCH("particlesInOrder");
     return g;
   };
 
