@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <limits>
@@ -2526,6 +2527,103 @@ TEST(EngineRadii, AFixedRadiusGradientMatchesDoubleBruteForce)
       expectClose(density, rho, "density", &rhoScale);
       EXPECT_EQ(report.radiusLevels, 0);
       EXPECT_EQ(report.radiusSearches, 4); // the density, then 9 components in passes of 4, 4 and 1
+    }
+  }
+}
+
+// Spheres that hold a whole dense core: on the GPU the Radius Tree queues the nodes inside such a
+// sphere as ranges and spreads them over all warps (RadiusTree.h, DeferredRanges). Also with every
+// node of levels 2 and 3 queued (NEIGHBORGRID_TREE_WARP_BUDGET=0), and with the queues nearly full
+// (NEIGHBORGRID_TREE_DEFER_CAPACITY), where the walk takes the rest itself. Each must give the
+// double brute force's counts, densities and gradients in every mode.
+TEST(EngineRadii, SpheresHoldingADenseCoreMatchDoubleBruteForce)
+{
+  Cloud c;
+  c.name = "dense core in a background";
+  c.asFloat = true;
+  std::mt19937_64 rng(2311);
+  // The core sits well inside one cell of the Morton curve's fourth level (cells of 0.625): its
+  // points are consecutive in the tree, so whole nodes of 2048 lie in it.
+  const double center[3] = { 2.8125, 6.5625, 4.6875 };
+  std::normal_distribution<double> core(0.0, 0.05);
+  std::uniform_real_distribution<double> background(0.0, 10.0);
+  const std::int64_t coreCount = 6000, n = 7500;
+  std::vector<float> radii(n);
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    for (int a = 0; a < 3; ++a)
+    {
+      c.xyz.push_back(i < coreCount ? center[a] + core(rng) : background(rng));
+    }
+    radii[i] = i < coreCount ? 0.03f : 2.0f; // a background sphere near the core holds all of it
+  }
+  ngtest::finishCloud(c, rng);
+  const Method method = backendUnderTest == Backend::CUDA ? Method::RadiusTree : Method::Auto;
+  for (const char* knobs : { "", "NEIGHBORGRID_TREE_WARP_BUDGET", "NEIGHBORGRID_TREE_DEFER_CAPACITY" })
+  {
+    const bool everyNode = std::strcmp(knobs, "NEIGHBORGRID_TREE_WARP_BUDGET") == 0;
+    const bool fewRanges = std::strcmp(knobs, "NEIGHBORGRID_TREE_DEFER_CAPACITY") == 0;
+    if (*knobs)
+    {
+      setenv(knobs, everyNode ? "0" : "3", 1);
+    }
+    setenv("NEIGHBORGRID_TREE_STATS", "1", 1);
+    testing::internal::CaptureStderr();
+    bool onGpu = false;
+    for (SmoothingLengthMode mode : { SmoothingLengthMode::Gather, SmoothingLengthMode::Scatter, SmoothingLengthMode::Symmetric })
+    {
+      SCOPED_TRACE(std::string(toString(mode)) + (everyNode ? ", every node queued" : fewRanges ? ", room for 3 ranges" : ""));
+      const RadiiReference ref(c, radii, mode);
+      std::vector<double> rhoScale, gradientScale;
+      const std::vector<double> rho = ref.density(Kernel::CubicSpline, &rhoScale);
+      const std::vector<double> gradient = ref.gradient(Kernel::CubicSpline, c.vector3, 3, volumesFrom(c, rho), &gradientScale);
+      Engine engine;
+      Request r = baseRequest(c, 0.0, method);
+      r.radii = radii.data();
+      r.smoothingLengthMode = mode;
+      r.mass = c.mass.data();
+      r.operation = Operation::NeighborCount;
+      std::vector<std::int32_t> count(n, -1);
+      r.neighborCount = count.data();
+      onGpu = engine.run(r).backend == Backend::CUDA;
+      EXPECT_EQ(asDouble(count), ref.counts());
+      r.neighborCount = nullptr;
+      r.operation = Operation::Density;
+      std::vector<float> density(n, -1.0f);
+      r.density = density.data();
+      engine.run(r);
+      expectClose(density, rho, "density", &rhoScale);
+      r.operation = Operation::Gradient;
+      std::vector<float> grad3(9 * n, -1.0f);
+      r.smoothed = { SmoothedArray{ c.vector3.data(), 3, grad3.data(), "vector" } };
+      engine.run(r);
+      expectClose(grad3, gradient, "gradient of a vector", &gradientScale);
+    }
+    const std::string stats = testing::internal::GetCapturedStderr();
+    unsetenv("NEIGHBORGRID_TREE_STATS");
+    unsetenv("NEIGHBORGRID_TREE_WARP_BUDGET");
+    unsetenv("NEIGHBORGRID_TREE_DEFER_CAPACITY");
+    if (onGpu)
+    {
+      // Gather and Symmetric queue ranges (every mode with every node queued); with room for 3,
+      // more are asked for than fit.
+      int deferred = 0, asked = 0, room = 0, most = 0, searches = 0, searchesDeferring = 0;
+      bool overflowed = false;
+      for (std::size_t at = stats.find("ranges deferred "); at != std::string::npos;
+           at = stats.find("ranges deferred ", at + 1))
+      {
+        ASSERT_EQ(std::sscanf(stats.c_str() + at, "ranges deferred %d of %d asked (room for %d)", &deferred, &asked, &room), 3);
+        most = std::max(most, deferred);
+        overflowed = overflowed || asked > room;
+        ++searches;
+        searchesDeferring += deferred > 0;
+      }
+      EXPECT_GT(most, 0) << stats;
+      EXPECT_EQ(overflowed, fewRanges) << stats;
+      if (everyNode)
+      {
+        EXPECT_EQ(searchesDeferring, searches) << stats;
+      }
     }
   }
 }

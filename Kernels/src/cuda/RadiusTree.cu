@@ -137,6 +137,19 @@ int levelCounts(std::int64_t n, int counts[12])
   }
 }
 
+/// Room for deferred ranges (DeferredRanges) and for the queries that queue them. Around dense
+/// cores a few hundred queries queue a few hundred ranges each; where many do (a fixed radius of
+/// thousands of neighbors), the rest walk their nodes themselves.
+int deferredItemCapacity(std::int64_t n)
+{
+  return static_cast<int>(std::max<std::int64_t>(4096, n / 8));
+}
+int deferredSlotCapacity(std::int64_t n)
+{
+  return static_cast<int>(std::max<std::int64_t>(1024, n / 32));
+}
+constexpr int mostTerms = 3 * 4 + 1; // RadiusOperation: the gradient of 4 components
+
 std::size_t sortScratchBytes(std::int64_t n)
 {
   std::size_t bytes = 0;
@@ -151,7 +164,7 @@ std::size_t sortScratchBytes(std::int64_t n)
 
 CudaRadiusTree::CudaRadiusTree(DevicePool& pool)
   : keys_(pool), order_(pool), scratch_(pool), positions_(pool), radii_(pool), weights_(pool), values_(pool),
-    low_(pool), high_(pool)
+    low_(pool), high_(pool), deferredItems_(pool), slotQuery_(pool), deferredSums_(pool), deferredCounters_(pool)
 {
 }
 
@@ -164,8 +177,10 @@ std::int64_t CudaRadiusTree::plannedBytes(std::int64_t n, int components)
   {
     nodes += counts[k];
   }
+  const std::int64_t deferredBytes = std::int64_t(deferredItemCapacity(n)) * 8 +
+    std::int64_t(deferredSlotCapacity(n)) * (4 + 8 * mostTerms) + 2 * 4;
   return n * (2 * 8 + 2 * 4 + 32 + 4 + 4 + 4 * std::int64_t(components)) + nodes * 32 +
-    static_cast<std::int64_t>(sortScratchBytes(n));
+    static_cast<std::int64_t>(sortScratchBytes(n)) + deferredBytes;
 }
 
 void CudaRadiusTree::build(CudaRun& run, const float* radii, double constantRadius, const float* weights,
@@ -239,10 +254,38 @@ const float* CudaRadiusTree::valuesInTreeOrder(CudaRun& run, const float* values
   return out;
 }
 
+void CudaRadiusTree::prepareDeferred(CudaRun& run, int terms)
+{
+  DeferredRanges& d = view_.deferred;
+  d.itemCapacity = deferredItemCapacity(view_.count);
+  d.slotCapacity = deferredSlotCapacity(view_.count);
+  if (const char* knob = std::getenv("NEIGHBORGRID_TREE_DEFER")) // benchmarking knob: 0 never queues
+  {
+    d.fromLevel = std::atoi(knob);
+  }
+  if (const char* knob = std::getenv("NEIGHBORGRID_TREE_WARP_BUDGET")) // testing knob: 0 queues every node
+  {
+    d.warpBudget = std::atoi(knob);
+  }
+  if (const char* knob = std::getenv("NEIGHBORGRID_TREE_DEFER_CAPACITY")) // testing knob: full queues
+  {
+    d.itemCapacity = std::min(d.itemCapacity, std::max(0, std::atoi(knob)));
+    d.slotCapacity = std::min(d.slotCapacity, std::max(0, std::atoi(knob)));
+  }
+  d.items = deferredItems_.ensure(std::max<std::size_t>(1, d.itemCapacity), "deferred ranges");
+  d.slotQuery = slotQuery_.ensure(std::max<std::size_t>(1, d.slotCapacity), "deferred ranges' queries");
+  d.sums = deferredSums_.ensure(std::max<std::size_t>(1, std::size_t(d.slotCapacity) * terms), "deferred ranges' sums");
+  d.counters = deferredCounters_.ensure(2, "deferred ranges' counters");
+  NG_CUDA_CHECK(cudaMemsetAsync(d.sums, 0, std::size_t(d.slotCapacity) * terms * sizeof(double), run.stream),
+    "clearing the deferred ranges' sums");
+  NG_CUDA_CHECK(cudaMemsetAsync(d.counters, 0, 2 * sizeof(int), run.stream), "clearing the deferred ranges");
+}
+
 std::int64_t CudaRadiusTree::heldBytes() const
 {
   return std::int64_t(keys_.bytes() + order_.bytes() + scratch_.bytes() + positions_.bytes() + radii_.bytes() +
-    weights_.bytes() + values_.bytes() + low_.bytes() + high_.bytes());
+    weights_.bytes() + values_.bytes() + low_.bytes() + high_.bytes() + deferredItems_.bytes() + slotQuery_.bytes() +
+    deferredSums_.bytes() + deferredCounters_.bytes());
 }
 
 } // namespace detail

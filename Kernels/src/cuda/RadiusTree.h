@@ -10,17 +10,25 @@
 // it enters a node where any lane's sphere reaches the box (its own radius, the node's largest,
 // or both, by the mode). A cluster of sources it reaches is staged in shared memory and taken
 //  - as a 32 x 32 tile where many lanes reach it (as GROMACS's cluster pairs): every lane tests
-//    all 32 sources into a mask, then takes its own pairs;
+//    all 32 sources in float into a mask, then decides its kept pairs in double and takes them;
 //  - query by query where fewer than 16 lanes reach it: the warp tests one query against the 32
 //    sources at once and sums across lanes. A query whose sphere holds a dense core (Gather at a
 //    cluster's edge) then costs its pairs / 32, not its pairs.
-// Exactness: every pair is decided in double from the caller's coordinates (PairTest.h's
-// definition, no band); a box test rounds the same operations in the same order on distances
-// that are never larger, so it never drops a neighbor. Included only by .cu files.
+// A lane whose sphere (its own radius: Gather, Symmetric) holds a whole node of 2048 or 16384
+// sources (levels 2 and 3), and every lane of a warp that has visited 512 clusters, does not walk
+// such a node: it queues it as a range (DeferredRanges), and a second kernel spreads the ranges
+// over all warps. A warp of queries around a dense core (Gather's 630,000 sources for one lane at
+// a cluster's edge) would otherwise run long after the rest (4M clustered Gather 63 -> 17 ms).
+// Exactness: every pair taken is decided in double from the caller's coordinates (PairTest.h's
+// definition, no band). The float tests before it only cull: a box test bounds the distance from
+// below with every rounding directed down (squaredDistanceToBoxBelow), and the tile's test keeps
+// every pair within a slack larger than its rounding (radiusTreeFloatSlack), so neither drops a
+// neighbor. Included only by .cu files.
 #pragma once
 
 #include "CudaRun.h"
 
+#include <cfloat>
 #include <cstdio>
 #include <cstdlib>
 
@@ -33,6 +41,21 @@ namespace detail
 struct alignas(32) TreePoint
 {
   double x, y, z, radius;
+};
+
+/// Nodes a query's walk leaves to radiusTreeDeferredRanges (the header comment says which).
+/// A query that queues takes a slot: the sums of its ranges gather there in double and are added
+/// to its own at the end. Where either queue is full the walk takes the node itself.
+struct DeferredRanges
+{
+  int fromLevel = 2;                        // nodes of this level and the next are queued; 0: never
+  int warpBudget = 512;                     // clusters a warp visits before it queues every such node
+  int2* __restrict__ items = nullptr;       // (slot, level << 27 | node)
+  int itemCapacity = 0;
+  std::int32_t* __restrict__ slotQuery = nullptr; // slot -> query (tree order)
+  int slotCapacity = 0;
+  double* __restrict__ sums = nullptr;      // slotCapacity x Terms
+  int* __restrict__ counters = nullptr;     // items queued, slots taken (may pass the capacities)
 };
 
 /// The tree as the search kernel sees it.
@@ -50,6 +73,7 @@ struct RadiusTreeView
   // NEIGHBORGRID_TREE_STATS: per search, the warps' totals (radiusTreeStatNames), else null.
   unsigned long long* stats = nullptr;
   int byQueryLanes = 16; // clusters fewer lanes reach go query by query (clusterByQuery)
+  DeferredRanges deferred;
 };
 
 constexpr int radiusTreeStats = 6;
@@ -72,6 +96,8 @@ public:
   const float* valuesInTreeOrder(CudaRun& run, const float* values, int components);
   /// Radii in tree order (null with a constant radius).
   const float* radiiInTreeOrder() const { return hasRadii_ ? radii_.get() : nullptr; }
+  /// Empty queues of deferred ranges for a search of `terms` sums a query (DeferredRanges).
+  void prepareDeferred(CudaRun& run, int terms);
   const RadiusTreeView& view() const { return view_; }
   std::int64_t heldBytes() const;
 
@@ -85,6 +111,10 @@ private:
   DeviceBuffer<float> values_;
   DeviceBuffer<float4> low_;
   DeviceBuffer<float4> high_;
+  DeviceBuffer<int2> deferredItems_;
+  DeviceBuffer<std::int32_t> slotQuery_;
+  DeviceBuffer<double> deferredSums_;
+  DeviceBuffer<int> deferredCounters_;
   RadiusTreeView view_;
   bool hasRadii_ = false;
 };
@@ -93,18 +123,28 @@ private:
 
 constexpr int radiusTreeWarps = 8; // warps a block
 
-/// (dx * dx + dy * dy) + dz * dz from the point to the box, each operation rounded on its own as
-/// exactSquaredDistance rounds it: per axis the distance is never above the one to a point
-/// inside, and rounding is monotonic, so a neighbor's box is never culled.
-__device__ __forceinline__ double squaredDistanceToBox(const double x[3], const float4& low, const float4& high)
+/// A lower bound of the squared distance from a point to the box, in float: per axis the gap from
+/// the point's float bracket [below, above] to the box, every operation rounded down. Against a
+/// threshold rounded up it never culls a box that holds a neighbor: the double distance to any
+/// point inside is at least the exact one within a few units of 2^-53, less than a float's spacing.
+__device__ __forceinline__ float squaredDistanceToBoxBelow(const float4& below, const float4& above,
+  const float4& low, const float4& high)
 {
-  const double lo[3] = { low.x, low.y, low.z }, hi[3] = { high.x, high.y, high.z };
-  double e[3];
-  for (int a = 0; a < 3; ++a)
-  {
-    e[a] = x[a] < lo[a] ? __dsub_rn(lo[a], x[a]) : (x[a] > hi[a] ? __dsub_rn(x[a], hi[a]) : 0.0);
-  }
-  return __dadd_rn(__dadd_rn(__dmul_rn(e[0], e[0]), __dmul_rn(e[1], e[1])), __dmul_rn(e[2], e[2]));
+  // NaN (inf - inf, points beyond float's range) becomes 0: fmaxf takes the other operand.
+  const float ex = fmaxf(fmaxf(__fsub_rd(low.x, above.x), __fsub_rd(below.x, high.x)), 0.0f);
+  const float ey = fmaxf(fmaxf(__fsub_rd(low.y, above.y), __fsub_rd(below.y, high.y)), 0.0f);
+  const float ez = fmaxf(fmaxf(__fsub_rd(low.z, above.z), __fsub_rd(below.z, high.z)), 0.0f);
+  return __fadd_rd(__fadd_rd(__fmul_rd(ex, ex), __fmul_rd(ey, ey)), __fmul_rd(ez, ez));
+}
+
+/// The squared distance from a point to the box's farthest corner, in float (a heuristic: which
+/// nodes to defer; every deferred pair is still decided in double).
+__device__ __forceinline__ float squaredDistanceToFarCorner(const float4& x, const float4& low, const float4& high)
+{
+  const float fx = fmaxf(x.x - low.x, high.x - x.x);
+  const float fy = fmaxf(x.y - low.y, high.y - x.y);
+  const float fz = fmaxf(x.z - low.z, high.z - x.z);
+  return fx * fx + fy * fy + fz * fz;
 }
 
 /// A value of a 4-byte-multiple type from lane `from` of the warp.
@@ -184,33 +224,57 @@ __device__ __forceinline__ void clusterByQuery(const Op& op, unsigned reaching, 
   }
 }
 
+/// The tile's float pre-test keeps a pair where its float distance from the cluster's corner is
+/// within rho^2 (1 + c) + c K, K = sum over axes of (|query offset| + box extent)^2. Every float
+/// rounding on the way (the offsets, their difference, the sum of squares, rho^2 itself) moves
+/// r^2 by less than 7.1 eps K + eps rho^2, eps = 2^-24, and c = 16 eps covers that with room, so
+/// no neighbor is dropped; the pairs kept are then decided in double. NaN (offsets past float's
+/// range) keeps the pair too.
+constexpr float radiusTreeFloatSlack = 16.0f / 16777216.0f;
+
 /// One cluster of sources against the warp's queries, where many lanes reach it: every lane
-/// tests the 32 staged sources into a mask, then takes its own pairs, so the lanes that take a
-/// pair work together instead of one at a time.
+/// tests the 32 staged sources into a mask, in float against a slack that never drops a
+/// neighbor, then takes its own pairs, each decided in double, so the lanes that take a pair
+/// work together instead of one at a time.
 template <class Op>
-__device__ __forceinline__ void clusterByTile(const Op& op, const TreePoint* staged, const float* weights, int begin,
-  int size, bool active, const double x[3], const typename Op::Query& state, double ownSquared, RegisterSums<Op>& acc)
+__device__ __forceinline__ void clusterByTile(const Op& op, const TreePoint* staged, const float4* local,
+  const float* weights, int begin, int size, bool active, const float4& corner, const float4& farCorner,
+  const double x[3], const typename Op::Query& state, double ownSquared, RegisterSums<Op>& acc)
 {
-  unsigned taken = 0;
+  const SmoothingLengthMode mode = op.rule.mode;
+  unsigned kept = 0;
   if (active)
   {
-#pragma unroll 4
+    const float q[3] = { float(__dsub_rn(x[0], double(corner.x))), float(__dsub_rn(x[1], double(corner.y))),
+      float(__dsub_rn(x[2], double(corner.z))) };
+    const float ax = fabsf(q[0]) + (farCorner.x - corner.x), ay = fabsf(q[1]) + (farCorner.y - corner.y),
+                az = fabsf(q[2]) + (farCorner.z - corner.z);
+    const float slackK = radiusTreeFloatSlack * fmaf(az, az, fmaf(ay, ay, ax * ax)) + FLT_MIN;
+    const float own = float(ownSquared);
+#pragma unroll 8
     for (int k = 0; k < size; ++k)
     {
-      const TreePoint b = staged[k];
-      const double r2 = exactSquaredDistance(x[0], x[1], x[2], b.x, b.y, b.z);
-      taken |= takesPair(op.rule.mode, r2, ownSquared, b.radius) ? 1u << k : 0u;
+      const float4 b = local[k];
+      const float dx = q[0] - b.x, dy = q[1] - b.y, dz = q[2] - b.z;
+      const float r2 = fmaf(dz, dz, fmaf(dy, dy, dx * dx));
+      const float rho2 = mode == SmoothingLengthMode::Gather ? own
+        : mode == SmoothingLengthMode::Scatter               ? b.w
+                                                             : fmaxf(own, b.w);
+      kept |= r2 > fmaf(rho2, 1.0f + radiusTreeFloatSlack, slackK) ? 0u : 1u << k;
     }
   }
-  while (taken)
+  while (kept)
   {
-    const int k = __ffs(taken) - 1;
-    taken &= taken - 1;
+    const int k = __ffs(kept) - 1;
+    kept &= kept - 1;
     const TreePoint b = staged[k];
     const double r2 = exactSquaredDistance(x[0], x[1], x[2], b.x, b.y, b.z);
-    typename Op::Value t[Op::Terms];
-    pairTerms(op, state, x, b, weights[k], begin + k, r2, t);
-    acc.addTerms(t);
+    if (takesPair(mode, r2, ownSquared, b.radius))
+    {
+      typename Op::Value t[Op::Terms];
+      pairTerms(op, state, x, b, weights[k], begin + k, r2, t);
+      acc.addTerms(t);
+    }
   }
 }
 
@@ -224,9 +288,8 @@ struct WarpQueries
   typename Op::Query state{};
   double ownSquared = -1.0;
 
-  __device__ WarpQueries(const RadiusTreeView& tree, const Op& op, int cluster, int lane)
+  __device__ WarpQueries(const RadiusTreeView& tree, const Op& op, int s)
   {
-    const int s = cluster * radiusTreeCluster + lane;
     active = s < tree.count;
     if (active)
     {
@@ -239,17 +302,88 @@ struct WarpQueries
   }
 };
 
+/// A query as the float box tests see it: its coordinates rounded down (below) and up (above),
+/// and its own radius squared rounded up (below.w).
+struct QueryBox
+{
+  float4 below, above;
+};
+
+template <class Op>
+__device__ __forceinline__ QueryBox queryBoxOf(const WarpQueries<Op>& w)
+{
+  return QueryBox{ make_float4(__double2float_rd(w.x[0]), __double2float_rd(w.x[1]), __double2float_rd(w.x[2]),
+                     __double2float_ru(w.ownSquared)),
+    make_float4(__double2float_ru(w.x[0]), __double2float_ru(w.x[1]), __double2float_ru(w.x[2]), 0.0f) };
+}
+
+/// A lane's queued ranges (DeferredRanges): its slot, and the end of the clusters of the node it
+/// queued last. The walk is depth first in cluster order, so every node it tests later starts at
+/// or after that node: the lane skips those that start before the end.
+struct LaneDeferral
+{
+  int slot = -1; // -1: none yet, -2: no slot left
+  int skipEnd = 0;
+
+  __device__ bool skips(int firstCluster) const { return firstCluster < skipEnd; }
+
+  /// Queues the node for query s, if a slot and an item are left.
+  __device__ bool queue(const DeferredRanges& d, int s, int level, int node)
+  {
+    if (slot == -1)
+    {
+      const int taken = atomicAdd(d.counters + 1, 1);
+      slot = taken < d.slotCapacity ? taken : -2;
+      if (slot >= 0)
+      {
+        d.slotQuery[slot] = s;
+      }
+    }
+    if (slot < 0)
+    {
+      return false;
+    }
+    const int item = atomicAdd(d.counters, 1);
+    if (item >= d.itemCapacity)
+    {
+      return false;
+    }
+    d.items[item] = make_int2(slot, (level << 27) | node);
+    skipEnd = (node + 1) << (3 * level);
+    return true;
+  }
+};
+
+/// Whether the lane's sphere reaches the box by the mode (its own radius, the box's largest, or
+/// either), in float rounded so that no neighbor's box is culled (squaredDistanceToBoxBelow).
+__device__ __forceinline__ bool laneReaches(SmoothingLengthMode mode, const QueryBox& query, const float4& low,
+  const float4& high)
+{
+  const float largest = __fmul_ru(low.w, low.w);
+  const float reach = mode == SmoothingLengthMode::Gather ? query.below.w
+    : mode == SmoothingLengthMode::Scatter                 ? largest
+                                                           : fmaxf(query.below.w, largest);
+  return squaredDistanceToBoxBelow(query.below, query.above, low, high) <= reach;
+}
+
+/// Nodes the walk's stack holds at most: 7 siblings a level and the node in hand.
+constexpr int radiusTreeStack = 8 * 12;
+
 /// Walks the tree once for the warp's queries: visit(cluster, reaching lanes) for every cluster
-/// of sources some lane's sphere reaches (by the mode). Returns the nodes tested.
+/// of sources some lane's sphere reaches (by the mode), but for the nodes a lane queued instead
+/// (DeferredRanges). Returns the nodes tested. (A stack in shared memory, a node's children
+/// pushed in one store, was measured slower: 4M Scatter density 28.6 ms against 27.2.)
 template <class Op, class Visit>
 __device__ __forceinline__ unsigned forEachReachedCluster(const RadiusTreeView& tree, SmoothingLengthMode mode,
-  const WarpQueries<Op>& w, Visit visit)
+  const WarpQueries<Op>& w, const QueryBox& query, int s, Visit visit)
 {
-  // A stack of nodes to test, the same in every lane: level in the top 4 bits.
-  constexpr int stackSize = 8 * 12;
-  int stack[stackSize];
+  // Nodes to test, the same in every lane: the level in the top 4 bits, then the node.
+  int stack[radiusTreeStack];
   int top = 0;
   unsigned tested = 0;
+  LaneDeferral deferral;
+  const int deferFrom = tree.deferred.fromLevel;
+  int visited = 0; // clusters
   stack[top++] = ((tree.levels - 1) << 27) | 0;
   while (top > 0)
   {
@@ -257,14 +391,14 @@ __device__ __forceinline__ unsigned forEachReachedCluster(const RadiusTreeView& 
     const int level = entry >> 27, node = entry & ((1 << 27) - 1);
     const float4 low = tree.low[tree.levelStart[level] + node];
     const float4 high = tree.high[tree.levelStart[level] + node];
-    bool reaches = false;
-    if (w.active)
+    bool reaches = w.active && !deferral.skips(node << (3 * level)) && laneReaches(mode, query, low, high);
+    if (reaches && deferFrom > 0 && (level == deferFrom || level == deferFrom + 1))
     {
-      const double largest = double(low.w) * double(low.w);
-      const double reach = mode == SmoothingLengthMode::Gather ? w.ownSquared
-        : mode == SmoothingLengthMode::Scatter                 ? largest
-                                                               : fmax(w.ownSquared, largest);
-      reaches = squaredDistanceToBox(w.x, low, high) <= reach;
+      // Inside the lane's own sphere (Gather, Symmetric: every pair of it taken), or any node once
+      // the warp has visited its budget of clusters.
+      const bool heavy = visited >= tree.deferred.warpBudget ||
+        (mode != SmoothingLengthMode::Scatter && squaredDistanceToFarCorner(query.above, low, high) <= query.below.w);
+      reaches = !(heavy && deferral.queue(tree.deferred, s, level, node));
     }
     const unsigned reaching = __ballot_sync(0xffffffffu, reaches);
     ++tested;
@@ -274,6 +408,7 @@ __device__ __forceinline__ unsigned forEachReachedCluster(const RadiusTreeView& 
     }
     if (level > 0)
     {
+      // The first child on top, so that the walk goes in cluster order (LaneDeferral).
       const int first = node * radiusTreeFanOut;
       const int last = min(first + radiusTreeFanOut, tree.levelCount[level - 1]);
       for (int child = last - 1; child >= first; --child)
@@ -282,6 +417,7 @@ __device__ __forceinline__ unsigned forEachReachedCluster(const RadiusTreeView& 
       }
       continue;
     }
+    ++visited;
     visit(node, reaching);
   }
   return tested;
@@ -292,21 +428,30 @@ __device__ __forceinline__ unsigned forEachReachedCluster(const RadiusTreeView& 
 /// arrays are in tree order. Neighboring warps share most of their source clusters in cache:
 /// ordering the warps by decreasing work instead (a walk without the pairs first) was measured
 /// slower (4M clustered Gather density 62 -> 72 ms).
+/// Sums of more than 4 terms (Shepard of 3-4 components, gradients of 2-4) are held to 3 blocks an
+/// SM (at most 85 registers): left free, the 3-component gradient took 90 and ran 2 blocks (4M
+/// fixed-R gradient 385 ms held, 415 free).
 template <class Op>
-__global__ void __launch_bounds__(32 * radiusTreeWarps) radiusTreeSearch(RadiusTreeView tree, Op op)
+__global__ void __launch_bounds__(32 * radiusTreeWarps, Op::Terms > 4 ? 3 : 0) radiusTreeSearch(RadiusTreeView tree, Op op)
 {
   __shared__ TreePoint staged[radiusTreeWarps][radiusTreeCluster];
   __shared__ float stagedWeight[radiusTreeWarps][radiusTreeCluster];
+  // The tile's sources for its float pre-test: offsets from the cluster's lower corner and the
+  // radius squared.
+  __shared__ float4 stagedLocal[radiusTreeWarps][radiusTreeCluster];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cluster = blockIdx.x * radiusTreeWarps + warp;
   if (cluster >= tree.levelCount[0])
   {
     return; // the whole warp
   }
-  const WarpQueries<Op> w(tree, op, cluster, lane);
+  const int s = cluster * radiusTreeCluster + lane;
+  const WarpQueries<Op> w(tree, op, s);
+  const QueryBox query = queryBoxOf(w);
   RegisterSums<Op> acc;
   unsigned long long tiles = 0, byQuery = 0, rounds = 0;
-  const unsigned tested = forEachReachedCluster(tree, op.rule.mode, w, [&](int node, unsigned reaching) {
+  const unsigned tested =
+    forEachReachedCluster(tree, op.rule.mode, w, query, s, [&](int node, unsigned reaching) {
     const int begin = node * radiusTreeCluster;
     const int size = min(radiusTreeCluster, tree.count - begin);
     __syncwarp();
@@ -329,12 +474,22 @@ __global__ void __launch_bounds__(32 * radiusTreeWarps) radiusTreeSearch(RadiusT
     else
     {
       ++tiles;
-      clusterByTile(op, staged[warp], stagedWeight[warp], begin, size, w.active, w.x, w.state, w.ownSquared, acc);
+      const float4 corner = tree.low[node], farCorner = tree.high[node];
+      if (lane < size)
+      {
+        stagedLocal[warp][lane] = make_float4(float(__dsub_rn(mine.x, double(corner.x))),
+          float(__dsub_rn(mine.y, double(corner.y))), float(__dsub_rn(mine.z, double(corner.z))),
+          float(mine.radius * mine.radius));
+      }
+      __syncwarp();
+      // Only the lanes that reach it: a lane that queued the node holding it takes its pairs there.
+      clusterByTile(op, staged[warp], stagedLocal[warp], stagedWeight[warp], begin, size, (reaching >> lane) & 1u,
+        corner, farCorner, w.x, w.state, w.ownSquared, acc);
     }
   });
   if (w.active)
   {
-    acc.finish(op, cluster * radiusTreeCluster + lane, static_cast<int>(w.q));
+    acc.finish(op, s, static_cast<int>(w.q));
   }
   if (tree.stats && lane == 0)
   {
@@ -347,15 +502,96 @@ __global__ void __launch_bounds__(32 * radiusTreeWarps) radiusTreeSearch(RadiusT
   }
 }
 
+/// The queued ranges (DeferredRanges), one warp a range in turn: the node's clusters against the
+/// range's query, 32 boxes tested at once, each pair of a reached cluster decided in double as the
+/// walk decides it; the warp's sums go to the query's slot in double.
+template <class Op>
+__global__ void __launch_bounds__(32 * radiusTreeWarps) radiusTreeDeferredRanges(RadiusTreeView tree, Op op)
+{
+  const DeferredRanges& d = tree.deferred;
+  const int lane = threadIdx.x & 31;
+  const int items = min(d.counters[0], d.itemCapacity);
+  const int warps = gridDim.x * radiusTreeWarps;
+  for (int item = blockIdx.x * radiusTreeWarps + (threadIdx.x >> 5); item < items; item += warps)
+  {
+    const int2 work = d.items[item];
+    const int level = work.y >> 27, node = work.y & ((1 << 27) - 1);
+    const WarpQueries<Op> w(tree, op, d.slotQuery[work.x]);
+    const QueryBox query = queryBoxOf(w);
+    const int firstCluster = node << (3 * level);
+    const int lastCluster = min(tree.levelCount[0], firstCluster + (1 << (3 * level)));
+    RegisterSums<Op> acc;
+    for (int chunk = firstCluster; chunk < lastCluster; chunk += 32)
+    {
+      // A cluster a lane: which of the next 32 the query's sphere reaches; then each reached
+      // cluster's 32 sources, one a lane.
+      const int mine = chunk + lane;
+      unsigned reached = __ballot_sync(0xffffffffu,
+        mine < lastCluster && laneReaches(op.rule.mode, query, tree.low[mine], tree.high[mine]));
+      while (reached)
+      {
+        const int j = (chunk + __ffs(reached) - 1) * radiusTreeCluster + lane;
+        reached &= reached - 1;
+        if (j < tree.count)
+        {
+          const TreePoint b = tree.positions[j];
+          const double r2 = exactSquaredDistance(w.x[0], w.x[1], w.x[2], b.x, b.y, b.z);
+          if (takesPair(op.rule.mode, r2, w.ownSquared, b.radius))
+          {
+            typename Op::Value t[Op::Terms];
+            pairTerms(op, w.state, w.x, b, tree.weights[j], j, r2, t);
+            acc.addTerms(t);
+          }
+        }
+      }
+    }
+    for (int k = 0; k < Op::Terms; ++k)
+    {
+      double sum = double(acc.sum[k]);
+      if constexpr (RegisterSums<Op>::compensated)
+      {
+        sum -= double(acc.carry[k]);
+      }
+      for (int offset = 16; offset > 0; offset >>= 1)
+      {
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      }
+      if (lane == 0)
+      {
+        atomicAdd(d.sums + std::int64_t(work.x) * Op::Terms + k, sum);
+      }
+    }
+  }
+}
+
+/// Each slot's sums added to its query's own (the walk wrote those).
+template <class Op>
+__global__ void addDeferredSums(RadiusTreeView tree, Op op)
+{
+  const DeferredRanges& d = tree.deferred;
+  const int slot = blockIdx.x * blockDim.x + threadIdx.x;
+  if (slot >= min(d.counters[1], d.slotCapacity))
+  {
+    return;
+  }
+  const std::int64_t q = tree.orderToInput[d.slotQuery[slot]];
+  for (int k = 0; k < Op::Terms; ++k)
+  {
+    typename Op::Value& out = op.output[q * Op::Terms + k];
+    out = static_cast<typename Op::Value>(double(out) + d.sums[std::int64_t(slot) * Op::Terms + k]);
+  }
+}
+
 /// The search on the run's stream: `op` complete but for its frame and the tree's arrays.
 template <class Op>
 void launchRadiusTreeSearch(CudaRun& run, CudaRadiusTree& tree, Op op)
 {
-  const RadiusTreeView& view = tree.view();
-  if (view.count == 0)
+  if (tree.view().count == 0)
   {
     return;
   }
+  tree.prepareDeferred(run, Op::Terms);
+  const RadiusTreeView& view = tree.view();
   op.rule.cellSize = 1.0f;
   op.rule.inverseCellSize = 1.0f;
   op.rule.frameScale = 1.0;
@@ -378,10 +614,20 @@ void launchRadiusTreeSearch(CudaRun& run, CudaRadiusTree& tree, Op op)
       "statistics");
   }
   radiusTreeSearch<<<blocks, 32 * radiusTreeWarps, 0, run.stream>>>(withStats, op);
+  NG_CUDA_CHECK_LAUNCH("radius tree search");
+  // As many warps as stay resident; each takes ranges in turn until none is left.
+  const int rangeBlocks = std::min(blocks, 8 * (run.device ? run.device->multiprocessors : 1));
+  radiusTreeDeferredRanges<<<rangeBlocks, 32 * radiusTreeWarps, 0, run.stream>>>(withStats, op);
+  NG_CUDA_CHECK_LAUNCH("radius tree deferred ranges");
+  addDeferredSums<<<blocksFor(view.deferred.slotCapacity), 256, 0, run.stream>>>(withStats, op);
+  NG_CUDA_CHECK_LAUNCH("radius tree deferred sums");
   if (printStats)
   {
     unsigned long long host[radiusTreeStats];
+    int queued[2];
     NG_CUDA_CHECK(cudaMemcpyAsync(host, withStats.stats, sizeof host, cudaMemcpyDeviceToHost, run.stream), "statistics");
+    NG_CUDA_CHECK(cudaMemcpyAsync(queued, view.deferred.counters, sizeof queued, cudaMemcpyDeviceToHost, run.stream),
+      "statistics");
     NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "statistics");
     NG_CUDA_CHECK(cudaFreeAsync(withStats.stats, run.stream), "statistics");
     std::fprintf(stderr, "radius tree:");
@@ -389,7 +635,9 @@ void launchRadiusTreeSearch(CudaRun& run, CudaRadiusTree& tree, Op op)
     {
       std::fprintf(stderr, " %s %llu;", radiusTreeStatNames[k], host[k]);
     }
-    std::fprintf(stderr, "\n");
+    std::fprintf(stderr, " ranges deferred %d of %d asked (room for %d); queries deferring %d of %d asked (room for %d)\n",
+      std::min(queued[0], view.deferred.itemCapacity), queued[0], view.deferred.itemCapacity,
+      std::min(queued[1], view.deferred.slotCapacity), queued[1], view.deferred.slotCapacity);
   }
 }
 
