@@ -11,7 +11,7 @@
 // or both, by the mode). A cluster of sources it reaches is staged in shared memory and taken
 //  - as a 32 x 32 tile where many lanes reach it (as GROMACS's cluster pairs): every lane tests
 //    all 32 sources in float into a mask, then decides its kept pairs in double and takes them;
-//  - query by query where fewer than 16 lanes reach it: the warp tests one query against the 32
+//  - query by query where fewer than 8 lanes reach it: the warp tests one query against the 32
 //    sources at once and sums across lanes. A query whose sphere holds a dense core (Gather at a
 //    cluster's edge) then costs its pairs / 32, not its pairs.
 // A lane whose sphere (its own radius: Gather, Symmetric) holds a whole node of 2048 or 16384
@@ -72,7 +72,9 @@ struct RadiusTreeView
   const float4* __restrict__ high = nullptr; // per node: upper corner (rounded up)
   // NEIGHBORGRID_TREE_STATS: per search, the warps' totals (radiusTreeStatNames), else null.
   unsigned long long* stats = nullptr;
-  int byQueryLanes = 16; // clusters fewer lanes reach go query by query (clusterByQuery)
+  // Clusters fewer lanes reach go query by query (clusterByQuery). 4M clustered, Gather / Scatter /
+  // Symmetric density, ms: 4 lanes 16.5 / 25.6 / 29.8, 8 16.2 / 25.2 / 29.1, 16 16.9 / 25.8 / 29.2.
+  int byQueryLanes = 8;
   DeferredRanges deferred;
 };
 
