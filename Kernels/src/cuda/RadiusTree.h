@@ -123,7 +123,9 @@ private:
 
 #if defined(__CUDACC__)
 
-constexpr int radiusTreeWarps = 8; // warps a block
+// Warps a block. 4 rather than 8, one call, each twice: 4M clustered Scatter density 24.9 against
+// 25.2-25.3 ms, the fixed-R gradient 370-371 against 379; Gather and Symmetric the same.
+constexpr int radiusTreeWarps = 4;
 
 /// A lower bound of the squared distance from a point to the box, in float: per axis the gap from
 /// the point's float bracket [below, above] to the box, every operation rounded down. Against a
@@ -430,11 +432,12 @@ __device__ __forceinline__ unsigned forEachReachedCluster(const RadiusTreeView& 
 /// arrays are in tree order. Neighboring warps share most of their source clusters in cache:
 /// ordering the warps by decreasing work instead (a walk without the pairs first) was measured
 /// slower (4M clustered Gather density 62 -> 72 ms).
-/// Sums of more than 4 terms (Shepard of 3-4 components, gradients of 2-4) are held to 3 blocks an
-/// SM (at most 85 registers): left free, the 3-component gradient took 90 and ran 2 blocks (4M
-/// fixed-R gradient 385 ms held, 415 free).
+/// Sums of more than 4 terms (Shepard of 3-4 components, gradients of 2-4) are held to 24 warps an
+/// SM (at most 85 registers): left free, the 3-component gradient took 90 and ran 16 (4M fixed-R
+/// gradient 385 ms held, 415 free, blocks of 8 warps).
 template <class Op>
-__global__ void __launch_bounds__(32 * radiusTreeWarps, Op::Terms > 4 ? 3 : 0) radiusTreeSearch(RadiusTreeView tree, Op op)
+__global__ void __launch_bounds__(32 * radiusTreeWarps, Op::Terms > 4 ? 24 / radiusTreeWarps : 0)
+  radiusTreeSearch(RadiusTreeView tree, Op op)
 {
   __shared__ TreePoint staged[radiusTreeWarps][radiusTreeCluster];
   __shared__ float stagedWeight[radiusTreeWarps][radiusTreeCluster];
