@@ -211,6 +211,47 @@ struct RadiusOperation
     }
   }
 
+  /// Count and density push a pair's terms to the particle at its far side: the radius tree walks
+  /// Symmetric and Scatter from one side (RadiusTree.h, TreePairs).
+  static constexpr bool pushesTerms = Sum == RadiusSum::Count || Sum == RadiusSum::Density;
+
+  /// A pair's terms for both of its sides at once (Symmetric, each pair taken once): t what source
+  /// j adds to the query, u what the query, of weight wi, adds to j. The mode's kernel weight is
+  /// symmetric in i and j.
+  NG_HD void pairBothWays(Value (&t)[Terms], Value (&u)[Terms], const Query& s, float wi, int j, const Particle& pj,
+    float r2f) const
+  {
+    static_assert(pushesTerms, "count and density only");
+    if constexpr (Sum == RadiusSum::Count)
+    {
+      t[0] = u[0] = 1;
+    }
+    else
+    {
+      float w, dw;
+      weights(s, j, sqrtf(r2f) * rule.cellSize, w, dw);
+      t[0] = pj.w * w;
+      u[0] = wi * w;
+      t[1] = u[1] = 1.0f;
+    }
+  }
+
+  /// Scatter walked from the sources' side: what a source (its state s, weight wj) whose own sphere
+  /// takes the pair adds to the particle at the far side: w_j W(r, R_j).
+  NG_HD void pairScattered(Value (&u)[Terms], const Query& s, float wj, float r2f) const
+  {
+    static_assert(pushesTerms, "count and density only");
+    if constexpr (Sum == RadiusSum::Count)
+    {
+      u[0] = 1;
+    }
+    else
+    {
+      u[0] = wj * kernel.value(sqrtf(r2f) * rule.cellSize, static_cast<float>(s.radius));
+      u[1] = 1.0f;
+    }
+  }
+
   /// The terms source j adds to the query: r2f its squared distance in frame units, d = x_i - x_j
   /// in input units.
   NG_HD void pair(Value (&t)[Terms], const Query& s, int j, const Particle& pj, float r2f, const float d[3]) const

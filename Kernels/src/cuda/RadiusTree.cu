@@ -60,7 +60,8 @@ __global__ void treeOrderParticles(InputPoints input, int n, const std::int32_t*
   sortedWeights[s] = weights ? weights[i] : constantWeight;
 }
 
-/// Level 0: the box of each cluster, corners rounded outward to float, and its largest radius.
+/// Level 0: the box of each cluster, corners rounded outward to float, its largest radius rounded
+/// up (low.w) and its smallest rounded down (high.w).
 __global__ void clusterBoxes(const TreePoint* __restrict__ positions, int n, int clusters, float4* __restrict__ low,
   float4* __restrict__ high)
 {
@@ -70,7 +71,7 @@ __global__ void clusterBoxes(const TreePoint* __restrict__ positions, int n, int
     return;
   }
   double lo[3] = { HUGE_VAL, HUGE_VAL, HUGE_VAL }, hi[3] = { -HUGE_VAL, -HUGE_VAL, -HUGE_VAL };
-  double largest = 0.0;
+  double largest = 0.0, smallest = HUGE_VAL;
   const int end = min(n, (c + 1) * radiusTreeCluster);
   for (int s = c * radiusTreeCluster; s < end; ++s)
   {
@@ -78,11 +79,13 @@ __global__ void clusterBoxes(const TreePoint* __restrict__ positions, int n, int
     lo[0] = fmin(lo[0], p.x), lo[1] = fmin(lo[1], p.y), lo[2] = fmin(lo[2], p.z);
     hi[0] = fmax(hi[0], p.x), hi[1] = fmax(hi[1], p.y), hi[2] = fmax(hi[2], p.z);
     largest = fmax(largest, p.radius);
+    smallest = fmin(smallest, p.radius);
   }
   // The largest radius rounded up: a float radius stays itself; a constant one only grows.
   low[c] = make_float4(__double2float_rd(lo[0]), __double2float_rd(lo[1]), __double2float_rd(lo[2]),
     __double2float_ru(largest));
-  high[c] = make_float4(__double2float_ru(hi[0]), __double2float_ru(hi[1]), __double2float_ru(hi[2]), 0.0f);
+  high[c] = make_float4(__double2float_ru(hi[0]), __double2float_ru(hi[1]), __double2float_ru(hi[2]),
+    __double2float_rd(smallest));
 }
 
 /// A level above: each node the union of its (up to) 8 children.
@@ -94,13 +97,14 @@ __global__ void parentBoxes(const float4* __restrict__ childLow, const float4* _
   {
     return;
   }
-  float4 l = make_float4(HUGE_VALF, HUGE_VALF, HUGE_VALF, 0.0f), h = make_float4(-HUGE_VALF, -HUGE_VALF, -HUGE_VALF, 0.0f);
+  float4 l = make_float4(HUGE_VALF, HUGE_VALF, HUGE_VALF, 0.0f),
+         h = make_float4(-HUGE_VALF, -HUGE_VALF, -HUGE_VALF, HUGE_VALF);
   const int end = min(children, (p + 1) * radiusTreeFanOut);
   for (int c = p * radiusTreeFanOut; c < end; ++c)
   {
     const float4 a = childLow[c], b = childHigh[c];
     l.x = fminf(l.x, a.x), l.y = fminf(l.y, a.y), l.z = fminf(l.z, a.z), l.w = fmaxf(l.w, a.w);
-    h.x = fmaxf(h.x, b.x), h.y = fmaxf(h.y, b.y), h.z = fmaxf(h.z, b.z);
+    h.x = fmaxf(h.x, b.x), h.y = fmaxf(h.y, b.y), h.z = fmaxf(h.z, b.z), h.w = fminf(h.w, b.w);
   }
   low[p] = l;
   high[p] = h;
@@ -149,6 +153,7 @@ int deferredSlotCapacity(std::int64_t n)
   return static_cast<int>(std::max<std::int64_t>(1024, n / 32));
 }
 constexpr int mostTerms = 3 * 4 + 1; // RadiusOperation: the gradient of 4 components
+constexpr int mostPushedTerms = 2;   // RadiusOperation::pushesTerms: density
 
 std::size_t sortScratchBytes(std::int64_t n)
 {
@@ -164,7 +169,8 @@ std::size_t sortScratchBytes(std::int64_t n)
 
 CudaRadiusTree::CudaRadiusTree(DevicePool& pool)
   : keys_(pool), order_(pool), scratch_(pool), positions_(pool), radii_(pool), weights_(pool), values_(pool),
-    low_(pool), high_(pool), deferredItems_(pool), slotQuery_(pool), deferredSums_(pool), deferredCounters_(pool)
+    low_(pool), high_(pool), deferredItems_(pool), slotQuery_(pool), deferredSums_(pool), deferredCounters_(pool),
+    pushed_(pool)
 {
 }
 
@@ -179,7 +185,7 @@ std::int64_t CudaRadiusTree::plannedBytes(std::int64_t n, int components)
   }
   const std::int64_t deferredBytes = std::int64_t(deferredItemCapacity(n)) * 8 +
     std::int64_t(deferredSlotCapacity(n)) * (4 + 8 * mostTerms) + 2 * 4;
-  return n * (2 * 8 + 2 * 4 + 32 + 4 + 4 + 4 * std::int64_t(components)) + nodes * 32 +
+  return n * (2 * 8 + 2 * 4 + 32 + 4 + 4 + 4 * std::int64_t(components) + 8 * mostPushedTerms) + nodes * 32 +
     static_cast<std::int64_t>(sortScratchBytes(n)) + deferredBytes;
 }
 
@@ -281,11 +287,19 @@ void CudaRadiusTree::prepareDeferred(CudaRun& run, int terms)
   NG_CUDA_CHECK(cudaMemsetAsync(d.counters, 0, 2 * sizeof(int), run.stream), "clearing the deferred ranges");
 }
 
+void CudaRadiusTree::preparePushed(CudaRun& run, int terms)
+{
+  const std::size_t values = std::size_t(view_.count) * terms;
+  view_.pushed = pushed_.ensure(std::max<std::size_t>(1, values), "what the sources receive");
+  NG_CUDA_CHECK(cudaMemsetAsync(view_.pushed, 0, values * sizeof(double), run.stream),
+    "clearing what the sources receive");
+}
+
 std::int64_t CudaRadiusTree::heldBytes() const
 {
   return std::int64_t(keys_.bytes() + order_.bytes() + scratch_.bytes() + positions_.bytes() + radii_.bytes() +
     weights_.bytes() + values_.bytes() + low_.bytes() + high_.bytes() + deferredItems_.bytes() + slotQuery_.bytes() +
-    deferredSums_.bytes() + deferredCounters_.bytes());
+    deferredSums_.bytes() + deferredCounters_.bytes() + pushed_.bytes());
 }
 
 } // namespace detail

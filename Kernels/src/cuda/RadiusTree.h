@@ -19,6 +19,15 @@
 // such a node: it queues it as a range (DeferredRanges), and a second kernel spreads the ranges
 // over all warps. A warp of queries around a dense core (Gather's 630,000 sources for one lane at
 // a cluster's edge) would otherwise run long after the rest (4M clustered Gather 63 -> 17 ms).
+// Count and density walk Symmetric and Scatter from one side (TreePairs), Gather's walk by the
+// lane's own sphere, and push a pair's terms to the particle at the far side:
+//  - Symmetric takes each pair once, by the side of the larger radius (r <= max(R_i, R_j) is then
+//    r <= its own radius), skipping nodes whose radii are all larger than the lane's; the terms go
+//    to both sides (4M clustered 29.1 -> 17.8 ms);
+//  - Scatter walks from each source's own sphere (r <= R_j) and pushes w_j W(r, R_j) to the
+//    particles it reaches, instead of a walk by each box's largest radius.
+// The walker's side sums in registers; the far side's sums across the warp, then once per visited
+// cluster into the tree's `pushed` sums in double, added to the results at the end (PushedTerms).
 // Exactness: every pair taken is decided in double from the caller's coordinates (PairTest.h's
 // definition, no band). The float tests before it only cull: a box test bounds the distance from
 // below with every rounding directed down (squaredDistanceToBoxBelow), and the tile's test keeps
@@ -68,8 +77,11 @@ struct RadiusTreeView
   const TreePoint* __restrict__ positions = nullptr; // tree order
   const float* __restrict__ weights = nullptr;     // tree order: w_j
   const std::int32_t* __restrict__ orderToInput = nullptr;
-  const float4* __restrict__ low = nullptr;  // per node: lower corner (rounded down), largest radius
-  const float4* __restrict__ high = nullptr; // per node: upper corner (rounded up)
+  const float4* __restrict__ low = nullptr;  // per node: lower corner (rounded down), largest radius (up)
+  const float4* __restrict__ high = nullptr; // per node: upper corner (rounded up), smallest radius (down)
+  // A search that takes each pair once (Symmetric count and density, PushedTerms): what queries
+  // add to their sources, Terms a particle in tree order, in double; else null.
+  double* __restrict__ pushed = nullptr;
   // NEIGHBORGRID_TREE_STATS: per search, the warps' totals (radiusTreeStatNames), else null.
   unsigned long long* stats = nullptr;
   // Clusters fewer lanes reach go query by query (clusterByQuery). 4M clustered, Gather / Scatter /
@@ -100,6 +112,8 @@ public:
   const float* radiiInTreeOrder() const { return hasRadii_ ? radii_.get() : nullptr; }
   /// Empty queues of deferred ranges for a search of `terms` sums a query (DeferredRanges).
   void prepareDeferred(CudaRun& run, int terms);
+  /// Cleared sums for what sources receive in a search that takes each pair once (PushedTerms).
+  void preparePushed(CudaRun& run, int terms);
   const RadiusTreeView& view() const { return view_; }
   std::int64_t heldBytes() const;
 
@@ -117,11 +131,22 @@ private:
   DeviceBuffer<std::int32_t> slotQuery_;
   DeviceBuffer<double> deferredSums_;
   DeviceBuffer<int> deferredCounters_;
+  DeviceBuffer<double> pushed_;
   RadiusTreeView view_;
   bool hasRadii_ = false;
 };
 
 #if defined(__CUDACC__)
+
+/// Whose side a search walks from, and where a pair's terms go.
+enum class TreePairs
+{
+  Direct,  // every pair from the query's side by the mode's whole rule; terms to the query
+  Once,    // Symmetric count and density: each pair once, from the side of the larger radius (its own
+           // sphere decides); terms to both sides
+  Reversed // Scatter count and density: from the source's side, by its own sphere (Gather's walk);
+           // terms pushed to the query
+};
 
 // Warps a block. 4 rather than 8, one call, each twice: 4M clustered Scatter density 24.9 against
 // 25.2-25.3 ms, the fixed-R gradient 370-371 against 379; Gather and Symmetric the same.
@@ -185,6 +210,23 @@ __device__ __forceinline__ void pairTerms(const Op& op, const typename Op::Query
   op.pair(t, state, source, pj, static_cast<float>(r2), d);
 }
 
+/// The terms of every lane summed across the warp and added to lane `from`'s sums.
+template <class Op>
+__device__ __forceinline__ void addAcrossWarpTo(int from, typename Op::Value (&t)[Op::Terms], RegisterSums<Op>& acc)
+{
+  for (int k = 0; k < Op::Terms; ++k)
+  {
+    for (int offset = 16; offset > 0; offset >>= 1)
+    {
+      t[k] += __shfl_xor_sync(0xffffffffu, t[k], offset);
+    }
+  }
+  if ((threadIdx.x & 31) == from)
+  {
+    acc.addTerms(t);
+  }
+}
+
 /// One cluster of sources against the warp's queries, where few lanes reach it: lane by lane,
 /// the warp tests that query against the 32 sources at once (one a lane) and sums the terms
 /// across the warp. A query whose sphere holds a dense core then costs its pairs / 32.
@@ -193,7 +235,6 @@ __device__ __forceinline__ void clusterByQuery(const Op& op, unsigned reaching, 
   const typename Op::Query& state, double ownSquared, const TreePoint& mine, float myWeight, int mySource,
   bool haveSource, RegisterSums<Op>& acc)
 {
-  const int lane = threadIdx.x & 31;
   while (reaching)
   {
     const int from = __ffs(reaching) - 1;
@@ -214,17 +255,7 @@ __device__ __forceinline__ void clusterByQuery(const Op& op, unsigned reaching, 
         pairTerms(op, theirs, q, mine, myWeight, mySource, r2, t);
       }
     }
-    for (int k = 0; k < Op::Terms; ++k)
-    {
-      for (int offset = 16; offset > 0; offset >>= 1)
-      {
-        t[k] += __shfl_xor_sync(0xffffffffu, t[k], offset);
-      }
-    }
-    if (lane == from)
-    {
-      acc.addTerms(t);
-    }
+    addAcrossWarpTo(from, t, acc);
   }
 }
 
@@ -291,6 +322,7 @@ struct WarpQueries
   std::int64_t q = 0; // input index
   typename Op::Query state{};
   double ownSquared = -1.0;
+  float weight = 0.0f; // w_i, what the query adds to a source in a search that takes each pair once
 
   __device__ WarpQueries(const RadiusTreeView& tree, const Op& op, int s)
   {
@@ -302,12 +334,13 @@ struct WarpQueries
       q = tree.orderToInput[s];
       state = op.query(q);
       ownSquared = state.radius * state.radius;
+      weight = tree.weights[s];
     }
   }
 };
 
 /// A query as the float box tests see it: its coordinates rounded down (below) and up (above),
-/// and its own radius squared rounded up (below.w).
+/// its own radius squared rounded up (below.w) and its own radius rounded up (above.w).
 struct QueryBox
 {
   float4 below, above;
@@ -318,7 +351,8 @@ __device__ __forceinline__ QueryBox queryBoxOf(const WarpQueries<Op>& w)
 {
   return QueryBox{ make_float4(__double2float_rd(w.x[0]), __double2float_rd(w.x[1]), __double2float_rd(w.x[2]),
                      __double2float_ru(w.ownSquared)),
-    make_float4(__double2float_ru(w.x[0]), __double2float_ru(w.x[1]), __double2float_ru(w.x[2]), 0.0f) };
+    make_float4(__double2float_ru(w.x[0]), __double2float_ru(w.x[1]), __double2float_ru(w.x[2]),
+      __double2float_ru(w.state.radius)) };
 }
 
 /// A lane's queued ranges (DeferredRanges): its slot, and the end of the clusters of the node it
@@ -360,14 +394,215 @@ struct LaneDeferral
 
 /// Whether the lane's sphere reaches the box by the mode (its own radius, the box's largest, or
 /// either), in float rounded so that no neighbor's box is culled (squaredDistanceToBoxBelow).
+/// Walking from one side (TreePairs::Once, Reversed): its own sphere; Once only where the box
+/// holds a radius no larger than its own.
+template <TreePairs Pairs>
 __device__ __forceinline__ bool laneReaches(SmoothingLengthMode mode, const QueryBox& query, const float4& low,
   const float4& high)
 {
+  if (Pairs != TreePairs::Direct)
+  {
+    return (Pairs == TreePairs::Reversed || high.w <= query.above.w) &&
+      squaredDistanceToBoxBelow(query.below, query.above, low, high) <= query.below.w;
+  }
   const float largest = __fmul_ru(low.w, low.w);
   const float reach = mode == SmoothingLengthMode::Gather ? query.below.w
     : mode == SmoothingLengthMode::Scatter                 ? largest
                                                            : fmaxf(query.below.w, largest);
   return squaredDistanceToBoxBelow(query.below, query.above, low, high) <= reach;
+}
+
+/// Which side of a Symmetric pair takes it, in a search that takes each pair once: the side of the
+/// larger radius, whose own sphere then decides the pair (r <= max(R_i, R_j) = its own); of equal
+/// radii the lower tree index. Both sides hold the same radii as the same doubles.
+__device__ __forceinline__ bool largerRadiusTakes(double radius, int index, double otherRadius, int otherIndex)
+{
+  return radius > otherRadius || (radius == otherRadius && index <= otherIndex);
+}
+
+/// In a search that walks from one side (TreePairs::Once, Reversed), whether the walker (its
+/// state, own radius squared, weight w and tree index s) takes its pair with particle b (tree
+/// index j, weight wb) at squared distance r2, and the terms: t the walker's own (Once; t must be
+/// zero on entry and stays zero where not taken), u what b receives. Returns whether b receives u.
+template <TreePairs Pairs, class Op>
+__device__ __forceinline__ bool walkerTakes(const Op& op, const typename Op::Query& state, double ownSquared, float w,
+  int s, const TreePoint& b, float wb, int j, double r2, typename Op::Value (&t)[Op::Terms],
+  typename Op::Value (&u)[Op::Terms])
+{
+  static_assert(Pairs != TreePairs::Direct, "a search from one side");
+  if (!(r2 <= ownSquared))
+  {
+    return false;
+  }
+  if constexpr (Pairs == TreePairs::Once)
+  {
+    if (!largerRadiusTakes(state.radius, s, b.radius, j))
+    {
+      return false;
+    }
+    op.pairBothWays(t, u, state, w, j, Particle{ float(b.x), float(b.y), float(b.z), wb }, static_cast<float>(r2));
+    return s != j; // the self pair adds to the walker alone
+  }
+  else
+  {
+    op.pairScattered(u, state, w, static_cast<float>(r2));
+    return true; // the self pair too: the walker receives its own term
+  }
+}
+
+/// In a search that walks from one side: what a lane's particle (one of the cluster in hand)
+/// receives from the walkers that take a pair with it. The terms but the last in float, the last
+/// (the neighbors) as a count; added to the tree's `pushed` sums, in double, once the cluster is
+/// done.
+template <class Op>
+struct PushedTerms
+{
+  using Value = typename Op::Value;
+  static constexpr int Sums = Op::Terms - 1;
+  float sum[Sums > 0 ? Sums : 1] = {};
+  int count = 0;
+
+  __device__ void add(const Value (&u)[Op::Terms])
+  {
+    for (int k = 0; k < Sums; ++k)
+    {
+      sum[k] += float(u[k]);
+    }
+    ++count;
+  }
+
+  /// The terms of the lanes in `pushing` (those that took a pair with source k) summed across the
+  /// warp; lane k keeps them.
+  __device__ void addAcrossWarp(const Value (&u)[Op::Terms], bool took, unsigned pushing, int k)
+  {
+    const bool one = (pushing & (pushing - 1)) == 0;
+    for (int t = 0; t < Sums; ++t)
+    {
+      float v = took ? float(u[t]) : 0.0f;
+      if (one)
+      {
+        v = __shfl_sync(0xffffffffu, v, __ffs(pushing) - 1);
+      }
+      else
+      {
+        for (int offset = 16; offset > 0; offset >>= 1)
+        {
+          v += __shfl_xor_sync(0xffffffffu, v, offset);
+        }
+      }
+      sum[t] += (threadIdx.x & 31) == k ? v : 0.0f;
+    }
+    count += (threadIdx.x & 31) == k ? __popc(pushing) : 0;
+  }
+
+  __device__ void flush(double* pushed, int source)
+  {
+    if (count == 0)
+    {
+      return;
+    }
+    double* to = pushed + std::int64_t(source) * Op::Terms;
+    for (int k = 0; k < Sums; ++k)
+    {
+      atomicAdd(to + k, double(sum[k]));
+      sum[k] = 0.0f;
+    }
+    atomicAdd(to + Sums, double(count));
+    count = 0;
+  }
+};
+
+/// clusterByQuery for a search that walks from one side (TreePairs::Once, Reversed): lane k's
+/// particle receives its side of every pair the walker takes with it.
+template <TreePairs Pairs, class Op>
+__device__ __forceinline__ void clusterByQueryPushing(const Op& op, unsigned reaching, const WarpQueries<Op>& w, int s,
+  const TreePoint& mine, float myWeight, int mySource, bool haveSource, RegisterSums<Op>& acc, PushedTerms<Op>& pushed)
+{
+  const int firstQuery = s - (threadIdx.x & 31);
+  while (reaching)
+  {
+    const int from = __ffs(reaching) - 1;
+    reaching &= reaching - 1;
+    const double q[3] = { fromLane(w.x[0], from), fromLane(w.x[1], from), fromLane(w.x[2], from) };
+    const typename Op::Query theirs = fromLane(w.state, from);
+    const double theirSquared = fromLane(w.ownSquared, from);
+    const float theirWeight = fromLane(w.weight, from);
+    typename Op::Value t[Op::Terms], u[Op::Terms];
+    for (int k = 0; k < Op::Terms; ++k)
+    {
+      t[k] = 0;
+    }
+    if (haveSource)
+    {
+      const double r2 = exactSquaredDistance(q[0], q[1], q[2], mine.x, mine.y, mine.z);
+      if (walkerTakes<Pairs>(op, theirs, theirSquared, theirWeight, firstQuery + from, mine, myWeight, mySource, r2, t, u))
+      {
+        pushed.add(u);
+      }
+    }
+    if (Pairs == TreePairs::Once)
+    {
+      addAcrossWarpTo(from, t, acc);
+    }
+  }
+}
+
+/// clusterByTile for a search that walks from one side (TreePairs::Once, Reversed): a lane keeps
+/// the particles its own sphere reaches (Once: of a radius no larger than its own); the warp then
+/// goes particle by particle through those any lane kept (every lane's pair with it decided in
+/// double at once) and sums what the particle receives across the warp.
+template <TreePairs Pairs, class Op>
+__device__ __forceinline__ void clusterByTilePushing(const Op& op, const TreePoint* staged, const float4* local,
+  const float* weights, int begin, int size, bool active, const float4& corner, const float4& farCorner,
+  const WarpQueries<Op>& w, int s, RegisterSums<Op>& acc, PushedTerms<Op>& pushed)
+{
+  unsigned kept = 0;
+  if (active)
+  {
+    const float q[3] = { float(__dsub_rn(w.x[0], double(corner.x))), float(__dsub_rn(w.x[1], double(corner.y))),
+      float(__dsub_rn(w.x[2], double(corner.z))) };
+    const float ax = fabsf(q[0]) + (farCorner.x - corner.x), ay = fabsf(q[1]) + (farCorner.y - corner.y),
+                az = fabsf(q[2]) + (farCorner.z - corner.z);
+    const float slackK = radiusTreeFloatSlack * fmaf(az, az, fmaf(ay, ay, ax * ax)) + FLT_MIN;
+    const float own = float(w.ownSquared);
+    const float limit = fmaf(own, 1.0f + radiusTreeFloatSlack, slackK);
+#pragma unroll 8
+    for (int k = 0; k < size; ++k)
+    {
+      const float4 b = local[k];
+      const float dx = q[0] - b.x, dy = q[1] - b.y, dz = q[2] - b.z;
+      const float r2 = fmaf(dz, dz, fmaf(dy, dy, dx * dx));
+      // b.w and own are the radii squared rounded to nearest: a radius no larger stays no larger.
+      kept |= r2 > limit || (Pairs == TreePairs::Once && b.w > own) ? 0u : 1u << k;
+    }
+  }
+  unsigned pending = __reduce_or_sync(0xffffffffu, kept);
+  while (pending)
+  {
+    const int k = __ffs(pending) - 1;
+    pending &= pending - 1;
+    typename Op::Value t[Op::Terms], u[Op::Terms];
+    for (int m = 0; m < Op::Terms; ++m)
+    {
+      t[m] = 0;
+    }
+    bool took = false;
+    if ((kept >> k) & 1u)
+    {
+      const TreePoint b = staged[k];
+      const double r2 = exactSquaredDistance(w.x[0], w.x[1], w.x[2], b.x, b.y, b.z);
+      took = walkerTakes<Pairs>(op, w.state, w.ownSquared, w.weight, s, b, weights[k], begin + k, r2, t, u);
+    }
+    if (Pairs == TreePairs::Once)
+    {
+      acc.addTerms(t);
+    }
+    const unsigned pushing = __ballot_sync(0xffffffffu, took);
+    if (pushing)
+    {
+      pushed.addAcrossWarp(u, took, pushing, k);
+    }
+  }
 }
 
 /// Nodes the walk's stack holds at most: 7 siblings a level and the node in hand.
@@ -377,7 +612,7 @@ constexpr int radiusTreeStack = 8 * 12;
 /// of sources some lane's sphere reaches (by the mode), but for the nodes a lane queued instead
 /// (DeferredRanges). Returns the nodes tested. (A stack in shared memory, a node's children
 /// pushed in one store, was measured slower: 4M Scatter density 28.6 ms against 27.2.)
-template <class Op, class Visit>
+template <TreePairs Pairs, class Op, class Visit>
 __device__ __forceinline__ unsigned forEachReachedCluster(const RadiusTreeView& tree, SmoothingLengthMode mode,
   const WarpQueries<Op>& w, const QueryBox& query, int s, Visit visit)
 {
@@ -395,13 +630,14 @@ __device__ __forceinline__ unsigned forEachReachedCluster(const RadiusTreeView& 
     const int level = entry >> 27, node = entry & ((1 << 27) - 1);
     const float4 low = tree.low[tree.levelStart[level] + node];
     const float4 high = tree.high[tree.levelStart[level] + node];
-    bool reaches = w.active && !deferral.skips(node << (3 * level)) && laneReaches(mode, query, low, high);
+    bool reaches = w.active && !deferral.skips(node << (3 * level)) && laneReaches<Pairs>(mode, query, low, high);
     if (reaches && deferFrom > 0 && (level == deferFrom || level == deferFrom + 1))
     {
-      // Inside the lane's own sphere (Gather, Symmetric: every pair of it taken), or any node once
-      // the warp has visited its budget of clusters.
+      // Inside the lane's own sphere (Gather, Symmetric, any walk from one side: every pair of it
+      // taken), or any node once the warp has visited its budget of clusters.
+      const bool ownSphere = Pairs != TreePairs::Direct || mode != SmoothingLengthMode::Scatter;
       const bool heavy = visited >= tree.deferred.warpBudget ||
-        (mode != SmoothingLengthMode::Scatter && squaredDistanceToFarCorner(query.above, low, high) <= query.below.w);
+        (ownSphere && squaredDistanceToFarCorner(query.above, low, high) <= query.below.w);
       reaches = !(heavy && deferral.queue(tree.deferred, s, level, node));
     }
     const unsigned reaching = __ballot_sync(0xffffffffu, reaches);
@@ -435,7 +671,8 @@ __device__ __forceinline__ unsigned forEachReachedCluster(const RadiusTreeView& 
 /// Sums of more than 4 terms (Shepard of 3-4 components, gradients of 2-4) are held to 24 warps an
 /// SM (at most 85 registers): left free, the 3-component gradient took 90 and ran 16 (4M fixed-R
 /// gradient 385 ms held, 415 free, blocks of 8 warps).
-template <class Op>
+/// Pairs: whose side the warp's walk is and where the terms go (TreePairs).
+template <class Op, TreePairs Pairs>
 __global__ void __launch_bounds__(32 * radiusTreeWarps, Op::Terms > 4 ? 24 / radiusTreeWarps : 0)
   radiusTreeSearch(RadiusTreeView tree, Op op)
 {
@@ -454,9 +691,10 @@ __global__ void __launch_bounds__(32 * radiusTreeWarps, Op::Terms > 4 ? 24 / rad
   const WarpQueries<Op> w(tree, op, s);
   const QueryBox query = queryBoxOf(w);
   RegisterSums<Op> acc;
+  PushedTerms<Op> pushed;
   unsigned long long tiles = 0, byQuery = 0, rounds = 0;
   const unsigned tested =
-    forEachReachedCluster(tree, op.rule.mode, w, query, s, [&](int node, unsigned reaching) {
+    forEachReachedCluster<Pairs>(tree, op.rule.mode, w, query, s, [&](int node, unsigned reaching) {
     const int begin = node * radiusTreeCluster;
     const int size = min(radiusTreeCluster, tree.count - begin);
     __syncwarp();
@@ -474,7 +712,14 @@ __global__ void __launch_bounds__(32 * radiusTreeWarps, Op::Terms > 4 ? 24 / rad
     {
       ++byQuery;
       rounds += __popc(reaching);
-      clusterByQuery(op, reaching, w.x, w.state, w.ownSquared, mine, myWeight, begin + lane, lane < size, acc);
+      if constexpr (Pairs != TreePairs::Direct)
+      {
+        clusterByQueryPushing<Pairs>(op, reaching, w, s, mine, myWeight, begin + lane, lane < size, acc, pushed);
+      }
+      else
+      {
+        clusterByQuery(op, reaching, w.x, w.state, w.ownSquared, mine, myWeight, begin + lane, lane < size, acc);
+      }
     }
     else
     {
@@ -488,8 +733,20 @@ __global__ void __launch_bounds__(32 * radiusTreeWarps, Op::Terms > 4 ? 24 / rad
       }
       __syncwarp();
       // Only the lanes that reach it: a lane that queued the node holding it takes its pairs there.
-      clusterByTile(op, staged[warp], stagedLocal[warp], stagedWeight[warp], begin, size, (reaching >> lane) & 1u,
-        corner, farCorner, w.x, w.state, w.ownSquared, acc);
+      if constexpr (Pairs != TreePairs::Direct)
+      {
+        clusterByTilePushing<Pairs>(op, staged[warp], stagedLocal[warp], stagedWeight[warp], begin, size,
+          (reaching >> lane) & 1u, corner, farCorner, w, s, acc, pushed);
+      }
+      else
+      {
+        clusterByTile(op, staged[warp], stagedLocal[warp], stagedWeight[warp], begin, size, (reaching >> lane) & 1u,
+          corner, farCorner, w.x, w.state, w.ownSquared, acc);
+      }
+    }
+    if (Pairs != TreePairs::Direct && lane < size)
+    {
+      pushed.flush(tree.pushed, begin + lane);
     }
   });
   if (w.active)
@@ -507,10 +764,47 @@ __global__ void __launch_bounds__(32 * radiusTreeWarps, Op::Terms > 4 ? 24 / rad
   }
 }
 
+/// A deferred range's pair of query s (w) and source j, decided as the walk decides it. Walking
+/// from one side, what j receives goes straight to the tree's `pushed` sums.
+template <TreePairs Pairs, class Op>
+__device__ __forceinline__ void takeDeferredPair(const RadiusTreeView& tree, const Op& op, const WarpQueries<Op>& w,
+  int s, int j, RegisterSums<Op>& acc)
+{
+  const TreePoint b = tree.positions[j];
+  const double r2 = exactSquaredDistance(w.x[0], w.x[1], w.x[2], b.x, b.y, b.z);
+  typename Op::Value t[Op::Terms];
+  if constexpr (Pairs != TreePairs::Direct)
+  {
+    typename Op::Value u[Op::Terms];
+    for (int k = 0; k < Op::Terms; ++k)
+    {
+      t[k] = 0;
+    }
+    if (walkerTakes<Pairs>(op, w.state, w.ownSquared, w.weight, s, b, tree.weights[j], j, r2, t, u))
+    {
+      double* to = tree.pushed + std::int64_t(j) * Op::Terms;
+      for (int k = 0; k + 1 < Op::Terms; ++k)
+      {
+        atomicAdd(to + k, double(u[k]));
+      }
+      atomicAdd(to + Op::Terms - 1, 1.0);
+    }
+    if (Pairs == TreePairs::Once)
+    {
+      acc.addTerms(t);
+    }
+  }
+  else if (takesPair(op.rule.mode, r2, w.ownSquared, b.radius))
+  {
+    pairTerms(op, w.state, w.x, b, tree.weights[j], j, r2, t);
+    acc.addTerms(t);
+  }
+}
+
 /// The queued ranges (DeferredRanges), one warp a range in turn: the node's clusters against the
 /// range's query, 32 boxes tested at once, each pair of a reached cluster decided in double as the
 /// walk decides it; the warp's sums go to the query's slot in double.
-template <class Op>
+template <class Op, TreePairs Pairs>
 __global__ void __launch_bounds__(32 * radiusTreeWarps) radiusTreeDeferredRanges(RadiusTreeView tree, Op op)
 {
   const DeferredRanges& d = tree.deferred;
@@ -521,7 +815,8 @@ __global__ void __launch_bounds__(32 * radiusTreeWarps) radiusTreeDeferredRanges
   {
     const int2 work = d.items[item];
     const int level = work.y >> 27, node = work.y & ((1 << 27) - 1);
-    const WarpQueries<Op> w(tree, op, d.slotQuery[work.x]);
+    const int s = d.slotQuery[work.x];
+    const WarpQueries<Op> w(tree, op, s);
     const QueryBox query = queryBoxOf(w);
     const int firstCluster = node << (3 * level);
     const int lastCluster = min(tree.levelCount[0], firstCluster + (1 << (3 * level)));
@@ -532,21 +827,14 @@ __global__ void __launch_bounds__(32 * radiusTreeWarps) radiusTreeDeferredRanges
       // cluster's 32 sources, one a lane.
       const int mine = chunk + lane;
       unsigned reached = __ballot_sync(0xffffffffu,
-        mine < lastCluster && laneReaches(op.rule.mode, query, tree.low[mine], tree.high[mine]));
+        mine < lastCluster && laneReaches<Pairs>(op.rule.mode, query, tree.low[mine], tree.high[mine]));
       while (reached)
       {
         const int j = (chunk + __ffs(reached) - 1) * radiusTreeCluster + lane;
         reached &= reached - 1;
         if (j < tree.count)
         {
-          const TreePoint b = tree.positions[j];
-          const double r2 = exactSquaredDistance(w.x[0], w.x[1], w.x[2], b.x, b.y, b.z);
-          if (takesPair(op.rule.mode, r2, w.ownSquared, b.radius))
-          {
-            typename Op::Value t[Op::Terms];
-            pairTerms(op, w.state, w.x, b, tree.weights[j], j, r2, t);
-            acc.addTerms(t);
-          }
+          takeDeferredPair<Pairs>(tree, op, w, s, j, acc);
         }
       }
     }
@@ -587,6 +875,44 @@ __global__ void addDeferredSums(RadiusTreeView tree, Op op)
   }
 }
 
+/// What the sources received in a search that takes each pair once, added to their results.
+template <class Op>
+__global__ void addPushedSums(RadiusTreeView tree, Op op)
+{
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= tree.count)
+  {
+    return;
+  }
+  const std::int64_t q = tree.orderToInput[s];
+  for (int k = 0; k < Op::Terms; ++k)
+  {
+    typename Op::Value& out = op.output[q * Op::Terms + k];
+    out = static_cast<typename Op::Value>(double(out) + tree.pushed[std::int64_t(s) * Op::Terms + k]);
+  }
+}
+
+/// The search's kernels in turn: the walk, the deferred ranges, their sums, and (walking from one
+/// side) what the particles received.
+template <TreePairs Pairs, class Op>
+void launchRadiusTreeKernels(CudaRun& run, const RadiusTreeView& view, const Op& op)
+{
+  const int blocks = (view.levelCount[0] + radiusTreeWarps - 1) / radiusTreeWarps;
+  radiusTreeSearch<Op, Pairs><<<blocks, 32 * radiusTreeWarps, 0, run.stream>>>(view, op);
+  NG_CUDA_CHECK_LAUNCH("radius tree search");
+  // As many warps as stay resident; each takes ranges in turn until none is left.
+  const int rangeBlocks = std::min(blocks, 8 * (run.device ? run.device->multiprocessors : 1));
+  radiusTreeDeferredRanges<Op, Pairs><<<rangeBlocks, 32 * radiusTreeWarps, 0, run.stream>>>(view, op);
+  NG_CUDA_CHECK_LAUNCH("radius tree deferred ranges");
+  addDeferredSums<<<blocksFor(view.deferred.slotCapacity), 256, 0, run.stream>>>(view, op);
+  NG_CUDA_CHECK_LAUNCH("radius tree deferred sums");
+  if (Pairs != TreePairs::Direct)
+  {
+    addPushedSums<<<blocksFor(view.count), 256, 0, run.stream>>>(view, op);
+    NG_CUDA_CHECK_LAUNCH("radius tree pushed sums");
+  }
+}
+
 /// The search on the run's stream: `op` complete but for its frame and the tree's arrays.
 template <class Op>
 void launchRadiusTreeSearch(CudaRun& run, CudaRadiusTree& tree, Op op)
@@ -596,6 +922,20 @@ void launchRadiusTreeSearch(CudaRun& run, CudaRadiusTree& tree, Op op)
     return;
   }
   tree.prepareDeferred(run, Op::Terms);
+  // Symmetric and Scatter count and density walk from one side (TreePairs). NEIGHBORGRID_TREE_PUSH=0
+  // (a benchmarking knob) walks every pair from the query's side instead.
+  const char* pushKnob = std::getenv("NEIGHBORGRID_TREE_PUSH");
+  TreePairs pairs = TreePairs::Direct;
+  if (Op::pushesTerms && !(pushKnob && std::atoi(pushKnob) == 0))
+  {
+    pairs = op.rule.mode == SmoothingLengthMode::Symmetric ? TreePairs::Once
+      : op.rule.mode == SmoothingLengthMode::Scatter       ? TreePairs::Reversed
+                                                           : TreePairs::Direct;
+  }
+  if (pairs != TreePairs::Direct)
+  {
+    tree.preparePushed(run, Op::Terms);
+  }
   const RadiusTreeView& view = tree.view();
   op.rule.cellSize = 1.0f;
   op.rule.inverseCellSize = 1.0f;
@@ -604,7 +944,6 @@ void launchRadiusTreeSearch(CudaRun& run, CudaRadiusTree& tree, Op op)
   op.rule.sources = run.input;
   op.rule.orderToInput = view.orderToInput;
   op.rule.sourceRadii = tree.radiiInTreeOrder();
-  const int blocks = (view.levelCount[0] + radiusTreeWarps - 1) / radiusTreeWarps;
   RadiusTreeView withStats = view;
   if (const char* knob = std::getenv("NEIGHBORGRID_TREE_BY_QUERY_LANES"))
   {
@@ -618,14 +957,25 @@ void launchRadiusTreeSearch(CudaRun& run, CudaRadiusTree& tree, Op op)
     NG_CUDA_CHECK(cudaMemsetAsync(withStats.stats, 0, radiusTreeStats * sizeof(unsigned long long), run.stream),
       "statistics");
   }
-  radiusTreeSearch<<<blocks, 32 * radiusTreeWarps, 0, run.stream>>>(withStats, op);
-  NG_CUDA_CHECK_LAUNCH("radius tree search");
-  // As many warps as stay resident; each takes ranges in turn until none is left.
-  const int rangeBlocks = std::min(blocks, 8 * (run.device ? run.device->multiprocessors : 1));
-  radiusTreeDeferredRanges<<<rangeBlocks, 32 * radiusTreeWarps, 0, run.stream>>>(withStats, op);
-  NG_CUDA_CHECK_LAUNCH("radius tree deferred ranges");
-  addDeferredSums<<<blocksFor(view.deferred.slotCapacity), 256, 0, run.stream>>>(withStats, op);
-  NG_CUDA_CHECK_LAUNCH("radius tree deferred sums");
+  if constexpr (Op::pushesTerms)
+  {
+    if (pairs == TreePairs::Once)
+    {
+      launchRadiusTreeKernels<TreePairs::Once>(run, withStats, op);
+    }
+    else if (pairs == TreePairs::Reversed)
+    {
+      launchRadiusTreeKernels<TreePairs::Reversed>(run, withStats, op);
+    }
+    else
+    {
+      launchRadiusTreeKernels<TreePairs::Direct>(run, withStats, op);
+    }
+  }
+  else
+  {
+    launchRadiusTreeKernels<TreePairs::Direct>(run, withStats, op);
+  }
   if (printStats)
   {
     unsigned long long host[radiusTreeStats];
@@ -640,9 +990,11 @@ void launchRadiusTreeSearch(CudaRun& run, CudaRadiusTree& tree, Op op)
     {
       std::fprintf(stderr, " %s %llu;", radiusTreeStatNames[k], host[k]);
     }
-    std::fprintf(stderr, " ranges deferred %d of %d asked (room for %d); queries deferring %d of %d asked (room for %d)\n",
+    std::fprintf(stderr,
+      " ranges deferred %d of %d asked (room for %d); queries deferring %d of %d asked (room for %d); pairs %s\n",
       std::min(queued[0], view.deferred.itemCapacity), queued[0], view.deferred.itemCapacity,
-      std::min(queued[1], view.deferred.slotCapacity), queued[1], view.deferred.slotCapacity);
+      std::min(queued[1], view.deferred.slotCapacity), queued[1], view.deferred.slotCapacity,
+      pairs == TreePairs::Once ? "each once" : pairs == TreePairs::Reversed ? "from the sources" : "from the queries");
   }
 }
 
