@@ -7,10 +7,12 @@
 #include "Timer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <sstream>
+#include <utility>
 
 namespace neighborgrid
 {
@@ -18,6 +20,38 @@ namespace detail
 {
 namespace
 {
+
+/// Leaves a vector's new elements uninitialized: host buffers that a parallel pass writes whole,
+/// so their pages are first touched by every thread instead of zeroed by one (4M particles' sums
+/// of a 3-component gradient are 335 MB).
+template <class T>
+struct UninitializedAllocator : std::allocator<T>
+{
+  template <class U>
+  struct rebind
+  {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept
+  {
+  }
+  template <class U>
+  void construct(U* p) noexcept
+  {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args)
+  {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+template <class T>
+using HostBuffer = std::vector<T, UninitializedAllocator<T>>;
+using HostSums = HostBuffer<double>;
 
 /// Particles whose radii lie within a factor of 2: (R_min 2^(k-1), R_min 2^k].
 struct Level
@@ -272,10 +306,31 @@ private:
 
   // --- one sum over every search ---------------------------------------------------------------
 
+  /// body(k) for every k in [0, count), on every thread.
+  template <class Body>
+  void forEach(std::int64_t count, const Body& body) const
+  {
+    parallelFor(threads_, count, 65536, nullptr, 0.0, 0.0, "", [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t k = begin; k < end; ++k)
+      {
+        body(k);
+      }
+    });
+  }
+
+  /// Host work on the sums and results, timed into the report's "radius sums" stage.
+  template <class Pass>
+  void hostPass(const Pass& pass)
+  {
+    Timer timer;
+    pass();
+    addStage(report_, "radius sums", timer.milliseconds());
+  }
+
   /// Adds `sum` of every search into `sums` (terms per query, double) or `counts`. Weights w_j:
   /// `weights` per particle or `constantWeight`; values: `components` per particle.
   void runSum(RadiusSum sum, const float* weights, float constantWeight, const float* values, int components,
-    std::vector<double>& sums, std::vector<std::int64_t>& counts)
+    HostSums& sums, HostBuffer<std::int64_t>& counts)
   {
     RadiusPass pass;
     pass.sum = sum;
@@ -284,16 +339,31 @@ private:
     pass.components = components;
     pass.wholeRule = wholeRule_;
     const int terms = pass.terms();
-    if (sum == RadiusSum::Count)
-    {
-      counts.assign(static_cast<std::size_t>(m_), 0);
-    }
-    else
-    {
-      sums.assign(static_cast<std::size_t>(m_) * terms, 0.0);
-    }
-    std::vector<float> sourceWeights, sourceValues, queryValues, floatSums;
-    std::vector<std::int32_t> intCounts;
+    // One search over every query in order (the whole rule, or a fixed radius) writes the sums;
+    // several add theirs to zeros.
+    const bool oneSearch =
+      searches_.size() == 1 && (levels_[searches_[0].level].all || !searches_[0].levelIsQueries);
+    hostPass([&] {
+      if (sum == RadiusSum::Count)
+      {
+        counts.resize(static_cast<std::size_t>(m_));
+        if (!oneSearch)
+        {
+          forEach(m_, [&](std::int64_t q) { counts[q] = 0; });
+        }
+      }
+      else
+      {
+        sums.resize(static_cast<std::size_t>(m_) * terms);
+        if (!oneSearch)
+        {
+          forEach(m_, [&](std::int64_t q) { std::fill_n(sums.data() + q * terms, terms, 0.0); });
+        }
+      }
+    });
+    std::vector<float> sourceWeights, sourceValues, queryValues;
+    HostBuffer<float> floatSums;
+    HostBuffer<std::int32_t> intCounts;
     for (const Search& s : searches_)
     {
       Level& level = levels_[s.level];
@@ -361,22 +431,22 @@ private:
       merge(searched);
       ++searchesDone_;
       const std::vector<std::int64_t>* members = s.levelIsQueries && !level.all ? &level.members : nullptr;
-      parallelFor(threads_, queries, 65536, nullptr, 0.0, 0.0, "", [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t k = begin; k < end; ++k)
-        {
+      hostPass([&] {
+        forEach(queries, [&](std::int64_t k) {
           const std::int64_t query = members ? (*members)[k] : k;
           if (sum == RadiusSum::Count)
           {
-            counts[query] += intCounts[k];
+            counts[query] = (oneSearch ? 0 : counts[query]) + intCounts[k];
           }
           else
           {
             for (int t = 0; t < terms; ++t)
             {
-              sums[query * terms + t] += floatSums[k * terms + t];
+              double& to = sums[query * terms + t];
+              to = (oneSearch ? 0.0 : to) + floatSums[k * terms + t];
             }
           }
-        }
+        });
       });
     }
   }
@@ -418,77 +488,88 @@ private:
 
   // --- operations ------------------------------------------------------------------------------
 
-  void writeValid(const std::vector<double>& sums, int terms)
+  void writeValid(const HostSums& sums, int terms)
   {
-    if (!r_.valid)
+    if (r_.valid)
     {
-      return;
-    }
-    for (std::int64_t q = 0; q < m_; ++q)
-    {
-      r_.valid[q] = sums[q * terms + terms - 1] > 0.0 ? 1 : 0;
+      forEach(m_, [&](std::int64_t q) { r_.valid[q] = sums[q * terms + terms - 1] > 0.0 ? 1 : 0; });
     }
   }
 
   void runCount()
   {
-    std::vector<double> unused;
-    std::vector<std::int64_t> counts;
+    HostSums unused;
+    HostBuffer<std::int64_t> counts;
     runSum(RadiusSum::Count, nullptr, 1.0f, nullptr, 1, unused, counts);
-    std::int64_t pairs = 0;
-    for (std::int64_t q = 0; q < m_; ++q)
+    // A particle meets itself once (in the search where its own radius decides, r = 0).
+    const std::int64_t itself = separate_ ? 0 : 1;
+    std::atomic<std::int64_t> pairs{ 0 }, firstTooMany{ m_ };
+    hostPass([&] {
+      parallelFor(threads_, m_, 65536, nullptr, 0.0, 0.0, "", [&](std::int64_t begin, std::int64_t end) {
+        std::int64_t slicePairs = 0;
+        for (std::int64_t q = begin; q < end; ++q)
+        {
+          const std::int64_t count = counts[q] - itself;
+          if (count > std::numeric_limits<std::int32_t>::max())
+          {
+            std::int64_t first = firstTooMany.load();
+            while (q < first && !firstTooMany.compare_exchange_weak(first, q))
+            {
+            }
+          }
+          slicePairs += count;
+        }
+        pairs += slicePairs;
+      });
+    });
+    if (firstTooMany < m_)
     {
-      // A particle meets itself once (in the search where its own radius decides, r = 0).
-      const std::int64_t count = counts[q] - (separate_ ? 0 : 1);
-      if (count > std::numeric_limits<std::int32_t>::max())
-      {
-        throw Error("NeighborGrid: point " + std::to_string(q) + " has " + std::to_string(count) +
-          " neighbors, more than an int32 count holds");
-      }
-      counts[q] = count;
-      pairs += count;
+      const std::int64_t q = firstTooMany;
+      throw Error("NeighborGrid: point " + std::to_string(q) + " has " + std::to_string(counts[q] - itself) +
+        " neighbors, more than an int32 count holds");
     }
-    for (std::int64_t q = 0; q < m_; ++q)
-    {
-      r_.neighborCount[q] = static_cast<std::int32_t>(counts[q]);
-      if (r_.valid)
-      {
-        r_.valid[q] = counts[q] > 0 ? 1 : 0;
-      }
-    }
+    hostPass([&] {
+      forEach(m_, [&](std::int64_t q) {
+        const std::int64_t count = counts[q] - itself;
+        r_.neighborCount[q] = static_cast<std::int32_t>(count);
+        if (r_.valid)
+        {
+          r_.valid[q] = count > 0 ? 1 : 0;
+        }
+      });
+    });
     report_.neighborPairs = pairs;
   }
 
   /// rho at the queries with the caller's masses.
-  std::vector<double> density()
+  HostSums density()
   {
-    std::vector<double> sums;
-    std::vector<std::int64_t> unused;
+    HostSums sums;
+    HostBuffer<std::int64_t> unused;
     runSum(RadiusSum::Density, r_.mass, static_cast<float>(r_.constantMass), nullptr, 1, sums, unused);
     return sums;
   }
 
   void runDensity()
   {
-    const std::vector<double> sums = density();
-    for (std::int64_t q = 0; q < m_; ++q)
-    {
-      r_.density[q] = static_cast<float>(sums[2 * q]);
-    }
-    writeValid(sums, 2);
+    const HostSums sums = density();
+    hostPass([&] {
+      forEach(m_, [&](std::int64_t q) { r_.density[q] = static_cast<float>(sums[2 * q]); });
+      writeValid(sums, 2);
+    });
   }
 
   /// V_j = m_j / rho_j at every particle: the caller's, or from the density over every search
   /// (with a separate source, the sources' own density in the same mode, a run of its own).
-  std::vector<float> particleVolumes(std::vector<double>* particleDensity)
+  HostBuffer<float> particleVolumes(HostBuffer<float>* particleDensity)
   {
-    std::vector<float> volumes(static_cast<std::size_t>(n_));
+    HostBuffer<float> volumes(static_cast<std::size_t>(n_));
     if (r_.particleVolumes)
     {
-      std::copy(r_.particleVolumes, r_.particleVolumes + n_, volumes.begin());
+      hostPass([&] { forEach(n_, [&](std::int64_t i) { volumes[i] = r_.particleVolumes[i]; }); });
       return volumes;
     }
-    std::vector<float> rho(static_cast<std::size_t>(n_));
+    HostBuffer<float> rho(static_cast<std::size_t>(n_));
     if (separate_)
     {
       Request own = r_;
@@ -503,44 +584,50 @@ private:
     }
     else
     {
-      const std::vector<double> sums = density();
-      for (std::int64_t i = 0; i < n_; ++i)
-      {
-        rho[i] = static_cast<float>(sums[2 * i]);
-      }
+      const HostSums sums = density();
+      hostPass([&] { forEach(n_, [&](std::int64_t i) { rho[i] = static_cast<float>(sums[2 * i]); }); });
       if (particleDensity)
       {
         particleDensity->resize(static_cast<std::size_t>(n_));
-        for (std::int64_t i = 0; i < n_; ++i)
-        {
-          (*particleDensity)[i] = sums[2 * i];
-        }
+        hostPass([&] { forEach(n_, [&](std::int64_t i) { (*particleDensity)[i] = rho[i]; }); });
       }
     }
-    for (std::int64_t i = 0; i < n_; ++i)
-    {
-      volumes[i] = (r_.mass ? r_.mass[i] : static_cast<float>(r_.constantMass)) / rho[i];
-    }
+    hostPass([&] {
+      forEach(n_, [&](std::int64_t i) {
+        volumes[i] = (r_.mass ? r_.mass[i] : static_cast<float>(r_.constantMass)) / rho[i];
+      });
+    });
     return volumes;
+  }
+
+  /// The `c` components from `first` of each particle's values, `c` a particle.
+  void copyComponents(const SmoothedArray& array, int first, int c, HostBuffer<float>& values)
+  {
+    values.resize(static_cast<std::size_t>(n_) * c);
+    hostPass([&] {
+      forEach(n_, [&](std::int64_t i) {
+        std::copy_n(array.values + i * array.components + first, c, values.data() + i * c);
+      });
+    });
   }
 
   void runArrays()
   {
     const bool gradient = r_.operation == Operation::Gradient;
     const bool shepard = !gradient && r_.normalization == Normalization::Shepard;
-    std::vector<float> volumes;
-    std::vector<double> particleDensity;
+    HostBuffer<float> volumes;
+    HostBuffer<float> particleDensity;
     if (!shepard)
     {
       volumes = particleVolumes(&particleDensity);
     }
     // Results are formed in scratch and written once every search has run.
-    std::vector<std::vector<float>> results(r_.smoothed.size());
-    std::vector<double> sums;
-    std::vector<std::int64_t> unused;
-    std::vector<float> values;
+    std::vector<HostBuffer<float>> results(r_.smoothed.size());
+    HostSums sums;
+    HostBuffer<std::int64_t> unused;
+    HostBuffer<float> values;
     bool anyValid = false;
-    std::vector<std::uint8_t> valid;
+    HostBuffer<std::uint8_t> valid;
     for (std::size_t a = 0; a < r_.smoothed.size(); ++a)
     {
       const SmoothedArray& array = r_.smoothed[a];
@@ -549,65 +636,60 @@ private:
       for (int first = 0; first < array.components; first += maxComponentsPerPass)
       {
         const int c = std::min(maxComponentsPerPass, array.components - first);
-        values.resize(static_cast<std::size_t>(n_) * c);
-        for (std::int64_t i = 0; i < n_; ++i)
-        {
-          std::copy(array.values + i * array.components + first, array.values + i * array.components + first + c,
-            values.data() + i * c);
-        }
+        copyComponents(array, first, c, values);
         runSum(gradient ? RadiusSum::Gradient : RadiusSum::Smoothing, shepard ? nullptr : volumes.data(), 1.0f,
           values.data(), c, sums, unused);
         const int terms = gradient ? 3 * c + 1 : c + 2;
         valid.resize(static_cast<std::size_t>(m_));
-        for (std::int64_t q = 0; q < m_; ++q)
-        {
-          const double* s = sums.data() + q * terms;
-          const bool any = s[terms - 1] > 0.0;
-          valid[q] = any ? 1 : 0;
-          float* out = results[a].data() + q * width;
-          if (gradient)
-          {
-            for (int k = 0; k < 3 * c; ++k)
+        hostPass([&] {
+          forEach(m_, [&](std::int64_t q) {
+            const double* s = sums.data() + q * terms;
+            const bool any = s[terms - 1] > 0.0;
+            valid[q] = any ? 1 : 0;
+            float* out = results[a].data() + q * width;
+            if (gradient)
             {
-              out[3 * first + k] = static_cast<float>(s[k]);
+              for (int k = 0; k < 3 * c; ++k)
+              {
+                out[3 * first + k] = static_cast<float>(s[k]);
+              }
+              return;
             }
-            continue;
-          }
-          const bool null = !any || (shepard && !(s[c] > 0.0));
-          for (int k = 0; k < c; ++k)
-          {
-            out[first + k] = null ? r_.nullValue : static_cast<float>(shepard ? s[k] / s[c] : s[k]);
-          }
-        }
+            const bool null = !any || (shepard && !(s[c] > 0.0));
+            for (int k = 0; k < c; ++k)
+            {
+              out[first + k] = null ? r_.nullValue : static_cast<float>(shepard ? s[k] / s[c] : s[k]);
+            }
+          });
+        });
         anyValid = true;
       }
     }
-    std::vector<float> queryDensity;
+    HostSums queryDensity;
     if (r_.density && !gradient && separate_)
     {
-      const std::vector<double> rho = density();
-      queryDensity.resize(static_cast<std::size_t>(m_));
-      for (std::int64_t q = 0; q < m_; ++q)
-      {
-        queryDensity[q] = static_cast<float>(rho[2 * q]);
-      }
+      queryDensity = density();
     }
     // Every search succeeded: the outputs.
-    for (std::size_t a = 0; a < r_.smoothed.size(); ++a)
-    {
-      std::copy(results[a].begin(), results[a].end(), r_.smoothed[a].output);
-    }
-    if (r_.density)
-    {
-      for (std::int64_t q = 0; q < m_; ++q)
+    hostPass([&] {
+      for (std::size_t a = 0; a < r_.smoothed.size(); ++a)
       {
-        r_.density[q] = separate_ ? queryDensity[q] : static_cast<float>(particleDensity[q]);
+        const int width = static_cast<int>(results[a].size() / std::size_t(std::max<std::int64_t>(1, m_)));
+        forEach(m_, [&](std::int64_t q) {
+          std::copy_n(results[a].data() + q * width, width, r_.smoothed[a].output + q * width);
+        });
       }
-    }
-    if (r_.valid && anyValid)
-    {
-      std::copy(valid.begin(), valid.end(), r_.valid);
-    }
+      if (r_.density)
+      {
+        forEach(m_, [&](std::int64_t q) {
+          r_.density[q] = separate_ ? static_cast<float>(queryDensity[2 * q]) : particleDensity[q];
+        });
+      }
+      if (r_.valid && anyValid)
+      {
+        forEach(m_, [&](std::int64_t q) { r_.valid[q] = valid[q]; });
+      }
+    });
   }
 
   const Request& r_;

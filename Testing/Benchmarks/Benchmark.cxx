@@ -173,7 +173,7 @@ double median(std::vector<double> v)
 bool isDeviceResident(const std::string& stage)
 {
   return stage != "coordinates" && stage != "upload" && stage != "download" && stage != "copy to caller" &&
-    stage != "periodic images" && stage.rfind("slabs", 0) != 0; // built on the host
+    stage != "periodic images" && stage != "radius sums" && stage.rfind("slabs", 0) != 0; // on the host
 }
 
 Method parseMethod(const std::string& name)
