@@ -51,7 +51,27 @@ struct UninitializedAllocator : std::allocator<T>
 
 template <class T>
 using HostBuffer = std::vector<T, UninitializedAllocator<T>>;
-using HostSums = HostBuffer<double>;
+
+/// One sum at the queries, `terms` a query: one search's sums as the backend wrote them (float
+/// sums, int32 counts), or where several searches add theirs, their sums in double.
+struct QuerySums
+{
+  int terms = 1;
+  bool oneSearch = false;
+  HostBuffer<float> searched;
+  HostBuffer<std::int32_t> searchedCounts;
+  HostBuffer<double> added;
+  HostBuffer<std::int64_t> addedCounts;
+
+  double operator()(std::int64_t q, int t) const
+  {
+    const std::size_t at = static_cast<std::size_t>(q * terms + t);
+    return oneSearch ? double(searched[at]) : added[at];
+  }
+  std::int64_t count(std::int64_t q) const { return oneSearch ? searchedCounts[q] : addedCounts[q]; }
+  /// Whether the query has a neighbor (the last term counts them).
+  bool any(std::int64_t q) const { return (*this)(q, terms - 1) > 0.0; }
+};
 
 /// Particles whose radii lie within a factor of 2: (R_min 2^(k-1), R_min 2^k].
 struct Level
@@ -327,10 +347,9 @@ private:
     addStage(report_, "radius sums", timer.milliseconds());
   }
 
-  /// Adds `sum` of every search into `sums` (terms per query, double) or `counts`. Weights w_j:
-  /// `weights` per particle or `constantWeight`; values: `components` per particle.
-  void runSum(RadiusSum sum, const float* weights, float constantWeight, const float* values, int components,
-    HostSums& sums, HostBuffer<std::int64_t>& counts)
+  /// `sum` over every search at the queries. Weights w_j: `weights` per particle or
+  /// `constantWeight`; values: `components` per particle.
+  QuerySums runSum(RadiusSum sum, const float* weights, float constantWeight, const float* values, int components)
   {
     RadiusPass pass;
     pass.sum = sum;
@@ -339,31 +358,29 @@ private:
     pass.components = components;
     pass.wholeRule = wholeRule_;
     const int terms = pass.terms();
-    // One search over every query in order (the whole rule, or a fixed radius) writes the sums;
-    // several add theirs to zeros.
-    const bool oneSearch =
-      searches_.size() == 1 && (levels_[searches_[0].level].all || !searches_[0].levelIsQueries);
-    hostPass([&] {
-      if (sum == RadiusSum::Count)
-      {
-        counts.resize(static_cast<std::size_t>(m_));
-        if (!oneSearch)
+    QuerySums sums;
+    sums.terms = terms;
+    // One search over every query in order (the whole rule, or a fixed radius) writes the sums
+    // that are kept; several add theirs to zeros in double.
+    sums.oneSearch = searches_.size() == 1 && (levels_[searches_[0].level].all || !searches_[0].levelIsQueries);
+    if (!sums.oneSearch)
+    {
+      hostPass([&] {
+        if (sum == RadiusSum::Count)
         {
-          forEach(m_, [&](std::int64_t q) { counts[q] = 0; });
+          sums.addedCounts.resize(static_cast<std::size_t>(m_));
+          forEach(m_, [&](std::int64_t q) { sums.addedCounts[q] = 0; });
         }
-      }
-      else
-      {
-        sums.resize(static_cast<std::size_t>(m_) * terms);
-        if (!oneSearch)
+        else
         {
-          forEach(m_, [&](std::int64_t q) { std::fill_n(sums.data() + q * terms, terms, 0.0); });
+          sums.added.resize(static_cast<std::size_t>(m_) * terms);
+          forEach(m_, [&](std::int64_t q) { std::fill_n(sums.added.data() + q * terms, terms, 0.0); });
         }
-      }
-    });
+      });
+    }
     std::vector<float> sourceWeights, sourceValues, queryValues;
-    HostBuffer<float> floatSums;
-    HostBuffer<std::int32_t> intCounts;
+    HostBuffer<float>& floatSums = sums.searched;
+    HostBuffer<std::int32_t>& intCounts = sums.searchedCounts;
     for (const Search& s : searches_)
     {
       Level& level = levels_[s.level];
@@ -430,25 +447,34 @@ private:
       const Report searched = search_(q, pass);
       merge(searched);
       ++searchesDone_;
+      if (sums.oneSearch)
+      {
+        break;
+      }
       const std::vector<std::int64_t>* members = s.levelIsQueries && !level.all ? &level.members : nullptr;
       hostPass([&] {
         forEach(queries, [&](std::int64_t k) {
           const std::int64_t query = members ? (*members)[k] : k;
           if (sum == RadiusSum::Count)
           {
-            counts[query] = (oneSearch ? 0 : counts[query]) + intCounts[k];
+            sums.addedCounts[query] += intCounts[k];
           }
           else
           {
             for (int t = 0; t < terms; ++t)
             {
-              double& to = sums[query * terms + t];
-              to = (oneSearch ? 0.0 : to) + floatSums[k * terms + t];
+              sums.added[query * terms + t] += floatSums[k * terms + t];
             }
           }
         });
       });
     }
+    if (!sums.oneSearch)
+    {
+      HostBuffer<float>().swap(sums.searched); // the last search's part, added
+      HostBuffer<std::int32_t>().swap(sums.searchedCounts);
+    }
+    return sums;
   }
 
   int searchesPlanned() const
@@ -488,19 +514,17 @@ private:
 
   // --- operations ------------------------------------------------------------------------------
 
-  void writeValid(const HostSums& sums, int terms)
+  void writeValid(const QuerySums& sums)
   {
     if (r_.valid)
     {
-      forEach(m_, [&](std::int64_t q) { r_.valid[q] = sums[q * terms + terms - 1] > 0.0 ? 1 : 0; });
+      forEach(m_, [&](std::int64_t q) { r_.valid[q] = sums.any(q) ? 1 : 0; });
     }
   }
 
   void runCount()
   {
-    HostSums unused;
-    HostBuffer<std::int64_t> counts;
-    runSum(RadiusSum::Count, nullptr, 1.0f, nullptr, 1, unused, counts);
+    const QuerySums counts = runSum(RadiusSum::Count, nullptr, 1.0f, nullptr, 1);
     // A particle meets itself once (in the search where its own radius decides, r = 0).
     const std::int64_t itself = separate_ ? 0 : 1;
     std::atomic<std::int64_t> pairs{ 0 }, firstTooMany{ m_ };
@@ -509,7 +533,7 @@ private:
         std::int64_t slicePairs = 0;
         for (std::int64_t q = begin; q < end; ++q)
         {
-          const std::int64_t count = counts[q] - itself;
+          const std::int64_t count = counts.count(q) - itself;
           if (count > std::numeric_limits<std::int32_t>::max())
           {
             std::int64_t first = firstTooMany.load();
@@ -525,12 +549,12 @@ private:
     if (firstTooMany < m_)
     {
       const std::int64_t q = firstTooMany;
-      throw Error("NeighborGrid: point " + std::to_string(q) + " has " + std::to_string(counts[q] - itself) +
+      throw Error("NeighborGrid: point " + std::to_string(q) + " has " + std::to_string(counts.count(q) - itself) +
         " neighbors, more than an int32 count holds");
     }
     hostPass([&] {
       forEach(m_, [&](std::int64_t q) {
-        const std::int64_t count = counts[q] - itself;
+        const std::int64_t count = counts.count(q) - itself;
         r_.neighborCount[q] = static_cast<std::int32_t>(count);
         if (r_.valid)
         {
@@ -542,20 +566,14 @@ private:
   }
 
   /// rho at the queries with the caller's masses.
-  HostSums density()
-  {
-    HostSums sums;
-    HostBuffer<std::int64_t> unused;
-    runSum(RadiusSum::Density, r_.mass, static_cast<float>(r_.constantMass), nullptr, 1, sums, unused);
-    return sums;
-  }
+  QuerySums density() { return runSum(RadiusSum::Density, r_.mass, static_cast<float>(r_.constantMass), nullptr, 1); }
 
   void runDensity()
   {
-    const HostSums sums = density();
+    const QuerySums sums = density();
     hostPass([&] {
-      forEach(m_, [&](std::int64_t q) { r_.density[q] = static_cast<float>(sums[2 * q]); });
-      writeValid(sums, 2);
+      forEach(m_, [&](std::int64_t q) { r_.density[q] = static_cast<float>(sums(q, 0)); });
+      writeValid(sums);
     });
   }
 
@@ -584,8 +602,8 @@ private:
     }
     else
     {
-      const HostSums sums = density();
-      hostPass([&] { forEach(n_, [&](std::int64_t i) { rho[i] = static_cast<float>(sums[2 * i]); }); });
+      const QuerySums sums = density();
+      hostPass([&] { forEach(n_, [&](std::int64_t i) { rho[i] = static_cast<float>(sums(i, 0)); }); });
       if (particleDensity)
       {
         particleDensity->resize(static_cast<std::size_t>(n_));
@@ -611,6 +629,35 @@ private:
     });
   }
 
+  /// One pass's results (components [first, first + c) of an array `width` floats a query wide)
+  /// into `out`, and whether each query has a neighbor into `valid`.
+  void writePass(const QuerySums& sums, bool gradient, bool shepard, int first, int c, int width, float* out,
+    HostBuffer<std::uint8_t>& valid)
+  {
+    valid.resize(static_cast<std::size_t>(m_));
+    hostPass([&] {
+      forEach(m_, [&](std::int64_t q) {
+        const bool any = sums.any(q);
+        valid[q] = any ? 1 : 0;
+        float* to = out + q * width;
+        if (gradient)
+        {
+          for (int k = 0; k < 3 * c; ++k)
+          {
+            to[3 * first + k] = static_cast<float>(sums(q, k));
+          }
+          return;
+        }
+        const double weight = sums(q, c);
+        const bool null = !any || (shepard && !(weight > 0.0));
+        for (int k = 0; k < c; ++k)
+        {
+          to[first + k] = null ? r_.nullValue : static_cast<float>(shepard ? sums(q, k) / weight : sums(q, k));
+        }
+      });
+    });
+  }
+
   void runArrays()
   {
     const bool gradient = r_.operation == Operation::Gradient;
@@ -621,10 +668,10 @@ private:
     {
       volumes = particleVolumes(&particleDensity);
     }
-    // Results are formed in scratch and written once every search has run.
+    const bool queryDensityLast = r_.density && !gradient && separate_;
+    // Results are formed in scratch and written once every search has run; an array of one pass
+    // that is the run's last search writes its output directly.
     std::vector<HostBuffer<float>> results(r_.smoothed.size());
-    HostSums sums;
-    HostBuffer<std::int64_t> unused;
     HostBuffer<float> values;
     bool anyValid = false;
     HostBuffer<std::uint8_t> valid;
@@ -632,41 +679,24 @@ private:
     {
       const SmoothedArray& array = r_.smoothed[a];
       const int width = gradient ? 3 * array.components : array.components;
-      results[a].resize(static_cast<std::size_t>(m_) * width);
+      const bool direct =
+        a + 1 == r_.smoothed.size() && array.components <= maxComponentsPerPass && !queryDensityLast;
+      if (!direct)
+      {
+        results[a].resize(static_cast<std::size_t>(m_) * width);
+      }
       for (int first = 0; first < array.components; first += maxComponentsPerPass)
       {
         const int c = std::min(maxComponentsPerPass, array.components - first);
         copyComponents(array, first, c, values);
-        runSum(gradient ? RadiusSum::Gradient : RadiusSum::Smoothing, shepard ? nullptr : volumes.data(), 1.0f,
-          values.data(), c, sums, unused);
-        const int terms = gradient ? 3 * c + 1 : c + 2;
-        valid.resize(static_cast<std::size_t>(m_));
-        hostPass([&] {
-          forEach(m_, [&](std::int64_t q) {
-            const double* s = sums.data() + q * terms;
-            const bool any = s[terms - 1] > 0.0;
-            valid[q] = any ? 1 : 0;
-            float* out = results[a].data() + q * width;
-            if (gradient)
-            {
-              for (int k = 0; k < 3 * c; ++k)
-              {
-                out[3 * first + k] = static_cast<float>(s[k]);
-              }
-              return;
-            }
-            const bool null = !any || (shepard && !(s[c] > 0.0));
-            for (int k = 0; k < c; ++k)
-            {
-              out[first + k] = null ? r_.nullValue : static_cast<float>(shepard ? s[k] / s[c] : s[k]);
-            }
-          });
-        });
+        const QuerySums sums = runSum(gradient ? RadiusSum::Gradient : RadiusSum::Smoothing,
+          shepard ? nullptr : volumes.data(), 1.0f, values.data(), c);
+        writePass(sums, gradient, shepard, first, c, width, direct ? array.output : results[a].data(), valid);
         anyValid = true;
       }
     }
-    HostSums queryDensity;
-    if (r_.density && !gradient && separate_)
+    QuerySums queryDensity;
+    if (queryDensityLast)
     {
       queryDensity = density();
     }
@@ -674,7 +704,7 @@ private:
     hostPass([&] {
       for (std::size_t a = 0; a < r_.smoothed.size(); ++a)
       {
-        const int width = static_cast<int>(results[a].size() / std::size_t(std::max<std::int64_t>(1, m_)));
+        const std::size_t width = results[a].size() / std::size_t(std::max<std::int64_t>(1, m_));
         forEach(m_, [&](std::int64_t q) {
           std::copy_n(results[a].data() + q * width, width, r_.smoothed[a].output + q * width);
         });
@@ -682,7 +712,7 @@ private:
       if (r_.density)
       {
         forEach(m_, [&](std::int64_t q) {
-          r_.density[q] = separate_ ? static_cast<float>(queryDensity[2 * q]) : particleDensity[q];
+          r_.density[q] = separate_ ? static_cast<float>(queryDensity(q, 0)) : particleDensity[q];
         });
       }
       if (r_.valid && anyValid)
