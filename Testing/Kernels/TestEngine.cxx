@@ -2628,71 +2628,83 @@ TEST(EngineRadii, SpheresHoldingADenseCoreMatchDoubleBruteForce)
   }
 }
 
-// Symmetric and Scatter count and density walk from one side on the GPU (RadiusTree.h,
-// TreePairs): Symmetric takes each pair once, by the side of the larger radius, and adds its terms
-// to both sides; Scatter walks from each source's own sphere and adds the terms to the particles it
-// reaches. Radii of three values (many equal radii: the lower index takes those), one radius for
-// all, and coincident points (pairs at distance 0, but never a point with itself twice): every
-// pair must still count exactly once a side.
-TEST(EngineRadii, PairsWalkedFromOneSideMatchDoubleBruteForce)
+/// `n` points in a box of 6, every fifth on the one before it, and radii of three values.
+Cloud equalRadiiCloud(std::int64_t n, std::vector<float>& mixed)
 {
   Cloud c;
   c.name = "equal radii and coincident points";
   c.asFloat = true;
-  std::mt19937_64 rng(4421);
+  std::mt19937_64 rng(4421 + n);
   std::uniform_real_distribution<double> box(0.0, 6.0);
-  const std::int64_t n = 4000;
   const float choices[3] = { 0.35f, 0.7f, 1.4f };
-  std::vector<float> mixed(n), equal(n, 0.7f);
+  mixed.resize(n);
   for (std::int64_t i = 0; i < n; ++i)
   {
     for (int a = 0; a < 3; ++a)
     {
-      c.xyz.push_back(i % 5 == 4 ? c.xyz[3 * (i - 1) + a] : box(rng)); // every fifth on the one before
+      c.xyz.push_back(i % 5 == 4 ? c.xyz[3 * (i - 1) + a] : box(rng));
     }
     mixed[i] = choices[rng() % 3];
   }
   ngtest::finishCloud(c, rng);
+  return c;
+}
+
+// Symmetric and Scatter count and density walk from one side on the GPU (RadiusTree.h,
+// TreePairs): Symmetric takes each pair once, by the side of the larger radius, and adds its terms
+// to both sides; Scatter walks from each source's own sphere and adds the terms to the particles it
+// reaches. Radii of three values (many equal radii: the lower index takes those), one radius for
+// all, and coincident points (pairs at distance 0, but never a point with itself twice), on clouds
+// of 1 to 4000 points: every pair must still count exactly once a side.
+TEST(EngineRadii, PairsWalkedFromOneSideMatchDoubleBruteForce)
+{
   const Method method = backendUnderTest == Backend::CUDA ? Method::RadiusTree : Method::Auto;
-  for (SmoothingLengthMode mode : { SmoothingLengthMode::Symmetric, SmoothingLengthMode::Scatter })
+  // One point, less than a cluster, a cluster and one more, and many clusters.
+  for (std::int64_t n : { 1, 5, 33, 4000 })
   {
-    for (const std::vector<float>* radii : { &mixed, &equal })
+    std::vector<float> mixed;
+    const Cloud c = equalRadiiCloud(n, mixed);
+    const std::vector<float> equal(n, 0.7f);
+    for (SmoothingLengthMode mode : { SmoothingLengthMode::Symmetric, SmoothingLengthMode::Scatter })
     {
-      SCOPED_TRACE(std::string(toString(mode)) + (radii == &mixed ? ", three radii" : ", one radius"));
-      const RadiiReference ref(c, *radii, mode);
-      std::vector<double> rhoScale;
-      const std::vector<double> rho = ref.density(Kernel::WendlandC2, &rhoScale);
-      Engine engine;
-      Request r = baseRequest(c, 0.0, method);
-      r.radii = radii->data();
-      r.smoothingLengthMode = mode;
-      r.kernel = Kernel::WendlandC2;
-      r.mass = c.mass.data();
-      setenv("NEIGHBORGRID_TREE_STATS", "1", 1);
-      testing::internal::CaptureStderr();
-      r.operation = Operation::NeighborCount;
-      std::vector<std::int32_t> count(n, -1);
-      r.neighborCount = count.data();
-      const bool onGpu = engine.run(r).backend == Backend::CUDA;
-      r.neighborCount = nullptr;
-      r.operation = Operation::Density;
-      std::vector<float> density(n, -1.0f);
-      r.density = density.data();
-      engine.run(r);
-      const std::string stats = testing::internal::GetCapturedStderr();
-      unsetenv("NEIGHBORGRID_TREE_STATS");
-      EXPECT_EQ(asDouble(count), ref.counts());
-      expectClose(density, rho, "density", &rhoScale);
-      if (onGpu)
+      for (const std::vector<float>* radii : { static_cast<const std::vector<float>*>(&mixed), &equal })
       {
-        // Both searches walked from one side.
-        const std::string walk = mode == SmoothingLengthMode::Symmetric ? "pairs each once" : "pairs from the sources";
-        std::size_t searches = 0;
-        for (std::size_t at = stats.find(walk); at != std::string::npos; at = stats.find(walk, at + 1))
+        SCOPED_TRACE(std::to_string(n) + " points, " + toString(mode) + (radii == &mixed ? ", three radii" : ", one radius"));
+        const RadiiReference ref(c, *radii, mode);
+        std::vector<double> rhoScale;
+        const std::vector<double> rho = ref.density(Kernel::WendlandC2, &rhoScale);
+        Engine engine;
+        Request r = baseRequest(c, 0.0, method);
+        r.radii = radii->data();
+        r.smoothingLengthMode = mode;
+        r.kernel = Kernel::WendlandC2;
+        r.mass = c.mass.data();
+        setenv("NEIGHBORGRID_TREE_STATS", "1", 1);
+        testing::internal::CaptureStderr();
+        r.operation = Operation::NeighborCount;
+        std::vector<std::int32_t> count(n, -1);
+        r.neighborCount = count.data();
+        const bool onGpu = engine.run(r).backend == Backend::CUDA;
+        r.neighborCount = nullptr;
+        r.operation = Operation::Density;
+        std::vector<float> density(n, -1.0f);
+        r.density = density.data();
+        engine.run(r);
+        const std::string stats = testing::internal::GetCapturedStderr();
+        unsetenv("NEIGHBORGRID_TREE_STATS");
+        EXPECT_EQ(asDouble(count), ref.counts());
+        expectClose(density, rho, "density", &rhoScale);
+        if (onGpu)
         {
-          ++searches;
+          // Both searches walked from one side.
+          const std::string walk = mode == SmoothingLengthMode::Symmetric ? "pairs each once" : "pairs from the sources";
+          std::size_t searches = 0;
+          for (std::size_t at = stats.find(walk); at != std::string::npos; at = stats.find(walk, at + 1))
+          {
+            ++searches;
+          }
+          EXPECT_EQ(searches, 2u) << stats;
         }
-        EXPECT_EQ(searches, 2u) << stats;
       }
     }
   }
