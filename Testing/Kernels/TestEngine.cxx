@@ -2918,6 +2918,16 @@ TEST(EngineRadii, BadRadiiAndModesAreClearErrorsAndLeaveOutputsUntouched)
     expectError("the radius of point 123 is");
     radii[123] = 1.0f;
   }
+  // A non-finite coordinate (the GPU's Radius Tree checks the coordinates on the device).
+  Cloud broken = c;
+  broken.xyz[3 * 77 + 2] = std::numeric_limits<double>::infinity();
+  if (broken.asFloat)
+  {
+    broken.xyzFloat[3 * 77 + 2] = std::numeric_limits<float>::infinity();
+  }
+  r.points = broken.points();
+  expectError("point 77 has a non-finite coordinate");
+  r.points = c.points();
   r.source = c.points();
   std::vector<double> q = { 1, 2, 3 };
   r.points = Points(q.data(), 1);
