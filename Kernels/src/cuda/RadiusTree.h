@@ -79,8 +79,8 @@ struct RadiusTreeView
   const std::int32_t* __restrict__ orderToInput = nullptr;
   const float4* __restrict__ low = nullptr;  // per node: lower corner (rounded down), largest radius (up)
   const float4* __restrict__ high = nullptr; // per node: upper corner (rounded up), smallest radius (down)
-  // A search that takes each pair once (Symmetric count and density, PushedTerms): what queries
-  // add to their sources, Terms a particle in tree order, in double; else null.
+  // A search that walks from one side (TreePairs::Once, Reversed; PushedTerms): what each
+  // particle receives from the walkers, Terms a particle in tree order, in double; else null.
   double* __restrict__ pushed = nullptr;
   // NEIGHBORGRID_TREE_STATS: per search, the warps' totals (radiusTreeStatNames), else null.
   unsigned long long* stats = nullptr;
@@ -112,7 +112,7 @@ public:
   const float* radiiInTreeOrder() const { return hasRadii_ ? radii_.get() : nullptr; }
   /// Empty queues of deferred ranges for a search of `terms` sums a query (DeferredRanges).
   void prepareDeferred(CudaRun& run, int terms);
-  /// Cleared sums for what sources receive in a search that takes each pair once (PushedTerms).
+  /// Cleared sums for what particles receive in a search that walks from one side (PushedTerms).
   void preparePushed(CudaRun& run, int terms);
   const RadiusTreeView& view() const { return view_; }
   std::int64_t heldBytes() const;
@@ -267,6 +267,31 @@ __device__ __forceinline__ void clusterByQuery(const Op& op, unsigned reaching, 
 /// range) keeps the pair too.
 constexpr float radiusTreeFloatSlack = 16.0f / 16777216.0f;
 
+/// A query in the frame of a tile's cluster, for its float pre-test: its offset from the cluster's
+/// lower corner, and the slack c K of radiusTreeFloatSlack.
+struct TileQuery
+{
+  float q[3];
+  float slackK;
+
+  __device__ TileQuery(const double x[3], const float4& corner, const float4& farCorner)
+  {
+    q[0] = float(__dsub_rn(x[0], double(corner.x)));
+    q[1] = float(__dsub_rn(x[1], double(corner.y)));
+    q[2] = float(__dsub_rn(x[2], double(corner.z)));
+    const float ax = fabsf(q[0]) + (farCorner.x - corner.x), ay = fabsf(q[1]) + (farCorner.y - corner.y),
+                az = fabsf(q[2]) + (farCorner.z - corner.z);
+    slackK = radiusTreeFloatSlack * fmaf(az, az, fmaf(ay, ay, ax * ax)) + FLT_MIN;
+  }
+  /// Whether a source at `b` (offset from the corner) may lie within rho^2: false only where it
+  /// surely does not.
+  __device__ bool mayReach(const float4& b, float rho2) const
+  {
+    const float dx = q[0] - b.x, dy = q[1] - b.y, dz = q[2] - b.z;
+    return !(fmaf(dz, dz, fmaf(dy, dy, dx * dx)) > fmaf(rho2, 1.0f + radiusTreeFloatSlack, slackK));
+  }
+};
+
 /// One cluster of sources against the warp's queries, where many lanes reach it: every lane
 /// tests the 32 staged sources into a mask, in float against a slack that never drops a
 /// neighbor, then takes its own pairs, each decided in double, so the lanes that take a pair
@@ -280,22 +305,16 @@ __device__ __forceinline__ void clusterByTile(const Op& op, const TreePoint* sta
   unsigned kept = 0;
   if (active)
   {
-    const float q[3] = { float(__dsub_rn(x[0], double(corner.x))), float(__dsub_rn(x[1], double(corner.y))),
-      float(__dsub_rn(x[2], double(corner.z))) };
-    const float ax = fabsf(q[0]) + (farCorner.x - corner.x), ay = fabsf(q[1]) + (farCorner.y - corner.y),
-                az = fabsf(q[2]) + (farCorner.z - corner.z);
-    const float slackK = radiusTreeFloatSlack * fmaf(az, az, fmaf(ay, ay, ax * ax)) + FLT_MIN;
+    const TileQuery tile(x, corner, farCorner);
     const float own = float(ownSquared);
 #pragma unroll 8
     for (int k = 0; k < size; ++k)
     {
       const float4 b = local[k];
-      const float dx = q[0] - b.x, dy = q[1] - b.y, dz = q[2] - b.z;
-      const float r2 = fmaf(dz, dz, fmaf(dy, dy, dx * dx));
       const float rho2 = mode == SmoothingLengthMode::Gather ? own
         : mode == SmoothingLengthMode::Scatter               ? b.w
                                                              : fmaxf(own, b.w);
-      kept |= r2 > fmaf(rho2, 1.0f + radiusTreeFloatSlack, slackK) ? 0u : 1u << k;
+      kept |= tile.mayReach(b, rho2) ? 1u << k : 0u;
     }
   }
   while (kept)
@@ -559,21 +578,14 @@ __device__ __forceinline__ void clusterByTilePushing(const Op& op, const TreePoi
   unsigned kept = 0;
   if (active)
   {
-    const float q[3] = { float(__dsub_rn(w.x[0], double(corner.x))), float(__dsub_rn(w.x[1], double(corner.y))),
-      float(__dsub_rn(w.x[2], double(corner.z))) };
-    const float ax = fabsf(q[0]) + (farCorner.x - corner.x), ay = fabsf(q[1]) + (farCorner.y - corner.y),
-                az = fabsf(q[2]) + (farCorner.z - corner.z);
-    const float slackK = radiusTreeFloatSlack * fmaf(az, az, fmaf(ay, ay, ax * ax)) + FLT_MIN;
+    const TileQuery tile(w.x, corner, farCorner);
     const float own = float(w.ownSquared);
-    const float limit = fmaf(own, 1.0f + radiusTreeFloatSlack, slackK);
 #pragma unroll 8
     for (int k = 0; k < size; ++k)
     {
       const float4 b = local[k];
-      const float dx = q[0] - b.x, dy = q[1] - b.y, dz = q[2] - b.z;
-      const float r2 = fmaf(dz, dz, fmaf(dy, dy, dx * dx));
       // b.w and own are the radii squared rounded to nearest: a radius no larger stays no larger.
-      kept |= r2 > limit || (Pairs == TreePairs::Once && b.w > own) ? 0u : 1u << k;
+      kept |= tile.mayReach(b, own) && !(Pairs == TreePairs::Once && b.w > own) ? 1u << k : 0u;
     }
   }
   unsigned pending = __reduce_or_sync(0xffffffffu, kept);
