@@ -489,6 +489,109 @@ TEST(EngineMethods, ClawsIsExactWithEachIdeaSwitchedOff)
   unsetenv("NEIGHBORGRID_CLAWS_DISABLE");
 }
 
+/// Stars: centers 3R apart, each with 2-9 satellites at R in random directions, rounded to float,
+/// so that many centers have several pairs within rounding of R (a lane decides one alone and
+/// walks its candidates again for two or more), among clustered background points.
+Cloud starsAtTheRadius(double radius, std::uint64_t seed)
+{
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> satellites(2, 9);
+  Cloud c = ngtest::makeCloud("clustered", 3000, 12.0 * radius, seed);
+  for (int cx = 0; cx < 4; ++cx)
+  {
+    for (int cy = 0; cy < 4; ++cy)
+    {
+      for (int cz = 0; cz < 4; ++cz)
+      {
+        const double center[3] = { 0.3 + 3.0 * radius * cx, 0.2 + 3.0 * radius * cy, 0.1 + 3.0 * radius * cz };
+        c.xyz.insert(c.xyz.end(), center, center + 3);
+        for (int s = satellites(rng); s > 0; --s)
+        {
+          double d[3], norm = 0.0;
+          for (double& v : d)
+          {
+            v = unit(rng);
+            norm += v * v;
+          }
+          for (int a = 0; a < 3; ++a)
+          {
+            c.xyz.push_back(center[a] + radius * d[a] / std::sqrt(norm));
+          }
+        }
+      }
+    }
+  }
+  ngtest::finishCloud(c, rng);
+  return c;
+}
+
+/// An environment knob set for one scope (also when an assertion leaves it early).
+struct ScopedKnob
+{
+  ScopedKnob(const char* name, const char* value)
+    : name(name)
+  {
+    setenv(name, value, 1);
+  }
+  ~ScopedKnob() { unsetenv(name); }
+  const char* name;
+};
+
+// Staged Tiles has two loops over a staged tile (one thread per point; cluster pairs) and picks
+// one per operation; either must be exact for every operation.
+TEST(EngineMethods, StagedTilesLoopsAreExact)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
+  }
+  std::int64_t decided = 0;
+  for (const char* kind : { "clustered", "stacked", "planar", "stars" })
+  {
+    const double radius = 0.5;
+    const Cloud cloud = std::string(kind) == "stars" ? starsAtTheRadius(radius, 8) : ngtest::makeCloud(kind, 6000, 8.0, 17);
+    const Reference ref(cloud, radius);
+    const auto rhoRef = ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0);
+    const auto smooth1Ref = ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0);
+    const auto smooth1Scale = ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0, true);
+    const auto smooth3Ref = ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0);
+    const auto smooth3Scale = ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0, true);
+    for (const char* loop : { "points", "clusters" })
+    {
+      SCOPED_TRACE(std::string(kind) + ", NEIGHBORGRID_TILES_LOOP=" + loop);
+      const ScopedKnob knob("NEIGHBORGRID_TILES_LOOP", loop);
+      Engine engine;
+      Request r = baseRequest(cloud, radius, Method::StagedTiles);
+      r.operation = Operation::NeighborCount;
+      std::vector<std::int32_t> counts(cloud.size(), -7);
+      r.neighborCount = counts.data();
+      decided += engine.run(r).pairsDecidedInDouble;
+      expectCountsAndDensity(engine, r, cloud, ref, rhoRef);
+      if (HasFatalFailure())
+      {
+        break;
+      }
+      r.operation = Operation::Smoothing;
+      std::vector<float> smooth1(cloud.size(), -1.0f), smooth3(3 * cloud.size(), -1.0f);
+      r.smoothed = { { cloud.scalar.data(), 1, smooth1.data(), "scalar" } };
+      engine.run(r);
+      r.smoothed = { { cloud.vector3.data(), 3, smooth3.data(), "vector" } };
+      engine.run(r);
+      for (std::size_t k = 0; k < smooth1.size(); ++k)
+      {
+        ASSERT_NEAR(smooth1[k], smooth1Ref[k], 1e-5 * std::max(std::abs(smooth1Ref[k]), smooth1Scale[k])) << "entry " << k;
+      }
+      for (std::size_t k = 0; k < smooth3.size(); ++k)
+      {
+        ASSERT_NEAR(smooth3[k], smooth3Ref[k], 1e-5 * std::max(std::abs(smooth3Ref[k]), smooth3Scale[k])) << "entry " << k;
+      }
+    }
+  }
+  // The stars put pairs within rounding of R: both loops decided some in double.
+  EXPECT_GT(decided, 0);
+}
+
 // --- Exactness at the cutoff ----------------------------------------------------------------
 /// Pairs at distance R and within a few units in the last place of it, far apart from each other,
 /// around `origin`, in the caller's type (float or double). Each pair's second point is the first

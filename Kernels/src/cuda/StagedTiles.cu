@@ -21,6 +21,14 @@
 //  - Inside the block the staged points keep the global order (row-major by fine cell), so a
 //    row of five cells is one contiguous range of shared memory: 25 loops per point, no per-cell
 //    lookups. Threads of a warp take neighboring points and so read the same rows (broadcasts).
+//  - Two inner loops over a staged tile. Count, density and one-component smoothing: one thread
+//    per point over its own rows (searchPointRows). Smoothing of two or more components: cluster
+//    pairs as in GROMACS's NxM scheme (Páll and Hess 2013; searchClusterPairs): a warp tests four
+//    points against the staged points within R of their box, each candidate read once for four
+//    pair tests, every lane busy on every step. With about 80 neighbors a box of four points
+//    lets through more candidates than a point's own sphere, and finding them takes a pass of
+//    its own: on the 4M density row cluster pairs issued 1.4x the instructions of the loop per
+//    point, so they pay only where each pair's terms cost more than its test (RESULTS.md, issue 22).
 //  - No symmetric evaluation (CLAWS): adding each pair's terms to both points needs atomics in
 //    shared memory, and the sums here are compensated (Kahan) in registers, which atomics cannot
 //    keep.
@@ -34,6 +42,9 @@
 
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
+
+#include <cstdlib>
+#include <string>
 
 namespace neighborgrid
 {
@@ -61,6 +72,7 @@ struct TileSearch
   int side = maxTileSide;                // fine cells per tile and axis: 1, 2 or 4
   int capacity = 0;                      // staged points that fit the block's shared memory
   float cullLimit = 0.0f;                // squared distance (fine-cell units) beyond which a row is skipped
+  bool clusterPairs = false;             // staged tiles: cluster pairs, or one thread per point
   PairTest test;
 };
 
@@ -225,31 +237,644 @@ __device__ __forceinline__ float gapTo(float v, int row, int d)
   return d > 0 ? __fsub_rn(float(row), v) : (d < 0 ? __fsub_rn(v, float(row + 1)) : 0.0f);
 }
 
+/// Own cell m of a tile in Morton order (side 1, 2 or 4): consecutive own points then lie close
+/// together, so a cluster of four has a small box.
+__device__ __forceinline__ void ownCellPlace(int m, int& x, int& y, int& z)
+{
+  x = (m & 1) | ((m >> 2) & 2);
+  y = ((m >> 1) & 1) | ((m >> 3) & 2);
+  z = ((m >> 2) & 1) | ((m >> 4) & 2);
+}
+
+/// The block's staged region in shared memory: each staged cell's points in global order
+/// (cellFirst) and in staged order (cellStart), the tile's own points by own cell (ownStart).
+struct StagedRegion
+{
+  int side = 1;
+  int S = 1; // staged cells per axis
+  int stagedCells = 1;
+  int ownCells = 1;
+  const int* cellFirst = nullptr;
+  const int* cellStart = nullptr;
+  const int* ownStart = nullptr;
+  const Particle* points = nullptr;     // staged order, the block's frame; [capacity] is the sentinel
+  const std::int32_t* index = nullptr;  // global index per staged point, or null (found from the cell)
+  int sentinel = 0;                     // the staged position of a point at infinity
+
+  /// Own point t: its staged cell, place in that cell, and the cell's (x, y, z) in the region.
+  __device__ __forceinline__ int ownCell(int t, int& x, int& y, int& z, int& offset) const
+  {
+    const int m = lastAtMost(ownStart, ownCells, t);
+    ownCellPlace(m, x, y, z);
+    x += reach;
+    y += reach;
+    z += reach;
+    offset = t - ownStart[m];
+    return x + S * (y + S * z);
+  }
+  /// The global index of staged point q.
+  __device__ __forceinline__ int globalOf(int q) const
+  {
+    if (index)
+    {
+      return index[q];
+    }
+    const int k = lastAtMost(cellStart, stagedCells, q);
+    return cellFirst[k] + (q - cellStart[k]);
+  }
+};
+
+// --- A tile that does not fit shared memory: one thread per point, candidates from global -------
+
+template <class Op>
+__device__ void searchFromGlobal(
+  const TileSearch& g, const Op& op, const StagedRegion& r, int chunkBegin, int chunkEnd, unsigned long long* decided)
+{
+  for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
+  {
+    int x, y, z, offset;
+    const int k = r.ownCell(t, x, y, z, offset);
+    const int si = r.cellFirst[k] + offset;
+    const Particle pi = staged(g.particles[si], x, y, z);
+    RegisterSums<Op> acc;
+    unsigned decidedHere = 0;
+    // The rows of cells (5 along x) that reach within R of the point: skipped when beyond R,
+    // trimmed to the cells the sphere spans; cullLimit carries a margin for the rounding of the
+    // gaps (NaN coordinates, a huge cell: nothing skipped).
+    for (int dz = -reach; dz <= reach; ++dz)
+    {
+      const float gz = gapTo(pi.z, z + dz, dz);
+      for (int dy = -reach; dy <= reach; ++dy)
+      {
+        const float gy = gapTo(pi.y, y + dy, dy);
+        const float rest = g.cullLimit - (gy * gy + gz * gz);
+        if (rest < 0.0f)
+        {
+          continue;
+        }
+        int first = x - reach, last = x + reach;
+        if (rest == rest && pi.x == pi.x)
+        {
+          const float half = sqrtf(rest) + 1e-4f;
+          first = max(first, __float2int_rd(pi.x - half));
+          last = min(last, __float2int_rd(pi.x + half));
+        }
+        const int row = r.S * ((y + dy) + r.S * (z + dz));
+        for (int cx = first; cx <= last; ++cx)
+        {
+          const int kj = row + cx;
+          const int begin = r.cellFirst[kj];
+          const int end = begin + (r.cellStart[kj + 1] - r.cellStart[kj]);
+          for (int sj = begin; sj < end; ++sj)
+          {
+            const Particle pj = staged(g.particles[sj], cx, y + dy, z + dz);
+            float r2 = squaredDistance(pi, pj);
+            if (isNeighbor(g.test, r2, si, sj, g.orderToInput, decidedHere))
+            {
+              acc.add(op, sj, pj, r2);
+            }
+          }
+        }
+      }
+    }
+    acc.finish(op, si, g.orderToInput[si]);
+    addDecided(decided, decidedHere);
+  }
+}
+
+// --- A staged tile, one thread per point (count, density, one-component smoothing) -------------
+// Each point lists the rows of staged cells its sphere reaches and tests every candidate in
+// them: about 2.5 candidates per neighbor at 80 neighbors.
+
+/// Shared memory for the row lists: 25 rows of (first, one-past-last) per thread.
+constexpr int rowListBytes = (2 * reach + 1) * (2 * reach + 1) * tileThreads * 4;
+
+template <class Op>
+__device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedRegion& r, std::uint32_t* rows,
+  int chunkBegin, int chunkEnd, unsigned long long* decided)
+{
+  using Value = typename Op::Value;
+  for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
+  {
+    int x, y, z, offset;
+    const int k = r.ownCell(t, x, y, z, offset);
+    const int si = r.cellFirst[k] + offset;
+    const Particle pi = r.points[r.cellStart[k] + offset];
+    RegisterSums<Op> acc;
+    unsigned decidedHere = 0;
+
+    // The rows of cells (5 along x) that reach within R of the point, trimmed to the cells the
+    // sphere spans (searchFromGlobal), as (first, one-past-last) staged positions in 16 bits.
+    int rowCount = 0, candidates = 0;
+    for (int dz = -reach; dz <= reach; ++dz)
+    {
+      const float gz = gapTo(pi.z, z + dz, dz);
+      for (int dy = -reach; dy <= reach; ++dy)
+      {
+        const float gy = gapTo(pi.y, y + dy, dy);
+        const float rest = g.cullLimit - (gy * gy + gz * gz);
+        if (rest < 0.0f)
+        {
+          continue;
+        }
+        int first = x - reach, last = x + reach;
+        if (rest == rest && pi.x == pi.x)
+        {
+          const float half = sqrtf(rest) + 1e-4f;
+          first = max(first, __float2int_rd(pi.x - half));
+          last = min(last, __float2int_rd(pi.x + half));
+        }
+        const int row = r.S * ((y + dy) + r.S * (z + dz));
+        const int begin = r.cellStart[row + first], end = r.cellStart[row + last + 1];
+        if (end > begin)
+        {
+          rows[rowCount * tileThreads + threadIdx.x] = std::uint32_t(begin) | (std::uint32_t(end) << 16);
+          ++rowCount;
+          candidates += end - begin;
+        }
+      }
+    }
+
+    // The rows as one sequence: every thread of a warp tests one candidate per step until its
+    // own run out, so threads with short rows do not wait for threads with long ones. Terms go
+    // to a plain float sum that joins the compensated one every 16 steps.
+    Value partial[Op::Terms];
+    for (int a = 0; a < Op::Terms; ++a)
+    {
+      partial[a] = 0;
+    }
+    // A row's entry holds its first and one-past-last staged positions; the next entry is a
+    // pointer step away. Every instruction of the row change issues for every candidate
+    // (predicated off where the row goes on), so it is kept to four.
+    auto sweep = [&](auto&& visit) {
+      const std::uint32_t* nextRow = rows + threadIdx.x;
+      int q = 0, end = 0;
+      for (int chunk = 0; chunk < candidates; chunk += 16)
+      {
+        const int steps = min(16, candidates - chunk);
+        for (int step = 0; step < steps; ++step)
+        {
+          if (q == end)
+          {
+            const std::uint32_t entry = *nextRow;
+            nextRow += tileThreads;
+            q = int(entry & 0xffffu);
+            end = int(entry >> 16);
+          }
+          visit(q);
+          ++q;
+        }
+        acc.addTerms(partial);
+        for (int a = 0; a < Op::Terms; ++a)
+        {
+          partial[a] = 0;
+        }
+      }
+    };
+    // First pass: the pairs the float test decides. Count and density evaluate every candidate
+    // without branching (their terms need no memory reads) and keep the neighbors' terms. The pairs within rounding of R (about one point in 50 at 80
+    // neighbors has one) are counted and the last one remembered, so only a point with two or
+    // more sweeps its rows again.
+    int bandPairs = 0, bandAt = 0;
+    sweep([&](int q) {
+      const Particle pj = r.points[q];
+      const float r2 = squaredDistance(pi, pj);
+      const bool neighbor = r2 < g.test.accept;
+      const bool band = !neighbor && !(r2 > g.test.reject);
+      bandPairs += band ? 1 : 0;
+      bandAt = band ? q : bandAt;
+      Value terms[Op::Terms];
+      if constexpr (pairReadsNoMemory<Op>())
+      {
+        op.pair(terms, 0, pj, r2);
+        for (int a = 0; a < Op::Terms; ++a)
+        {
+          partial[a] += neighbor ? terms[a] : Value(0);
+        }
+      }
+      else if (neighbor)
+      {
+        op.pair(terms, r.index[q], pj, r2);
+        for (int a = 0; a < Op::Terms; ++a)
+        {
+          partial[a] += terms[a];
+        }
+      }
+    });
+    // The pairs within rounding of R, decided in double from the input coordinates (PairTest.h).
+    auto decideInDouble = [&](int q) {
+      const Particle pj = r.points[q];
+      float r2 = squaredDistance(pi, pj);
+      if (!(r2 < g.test.accept) && !(r2 > g.test.reject))
+      {
+        ++decidedHere;
+        const int sj = r.globalOf(q);
+        if (g.test.exact(g.orderToInput[si], g.orderToInput[sj], r2))
+        {
+          Value terms[Op::Terms];
+          op.pair(terms, sj, pj, r2);
+          for (int a = 0; a < Op::Terms; ++a)
+          {
+            partial[a] += terms[a];
+          }
+        }
+      }
+    };
+    if (bandPairs == 1)
+    {
+      decideInDouble(bandAt);
+    }
+    else if (bandPairs > 1)
+    {
+      sweep(decideInDouble);
+    }
+    acc.addTerms(partial);
+    acc.finish(op, si, g.orderToInput[si]);
+    addDecided(decided, decidedHere);
+  }
+}
+
+// --- A staged tile: cluster pairs (GROMACS's NxM scheme, Páll and Hess 2013) ------------------
+// A warp takes four own points (an i-cluster, consecutive in the tile's Morton order) and the
+// staged points within R of their box; lane (i, j) = (lane % 4, lane / 4) tests point i against
+// every eighth candidate from j on. Each candidate is read from shared memory once for four
+// pair tests, and every lane of the warp has work on every step: the loop per point that this
+// replaces tested 2.5 candidates per neighbor with about 25 of 32 lanes busy.
+
+constexpr int clusterSize = 4;
+constexpr int candidateLanes = 32 / clusterSize; // candidates a warp step
+constexpr int tileWarps = tileThreads / 32;
+constexpr int survivorCapacity = 384;            // a warp's candidates that passed the box test
+constexpr int maxClusterRows = maxStagedSide * maxStagedSide;
+static_assert(maxClusterRows <= 64, "a lane lists at most two rows of the cluster's window");
+
+/// A warp's lists in shared memory.
+struct ClusterLists
+{
+  std::uint16_t survivors[survivorCapacity + candidateLanes]; // + padding to a whole step
+  int rowBase[maxClusterRows]; // staged position of candidate c in non-empty row k: rowBase[k] + c
+};
+constexpr int clusterListBytes = tileWarps * int(sizeof(ClusterLists));
+
+/// The box of a warp's cluster (every lane gets it); culls is false when a coordinate is NaN (a
+/// huge cell, CellGrid.h): every staged point is then a candidate, decided in double.
+struct ClusterBox
+{
+  float lo[3];
+  float hi[3];
+  bool culls;
+};
+
+__device__ __forceinline__ ClusterBox clusterBox(const Particle& p, bool valid)
+{
+  ClusterBox b;
+  const float c[3] = { p.x, p.y, p.z };
+  bool undefined = false;
+  for (int a = 0; a < 3; ++a)
+  {
+    b.lo[a] = valid ? c[a] : HUGE_VALF;
+    b.hi[a] = valid ? c[a] : -HUGE_VALF;
+    undefined = undefined || (valid && !(c[a] == c[a]));
+  }
+  for (int d = 1; d < clusterSize; d *= 2)
+  {
+    for (int a = 0; a < 3; ++a)
+    {
+      b.lo[a] = fminf(b.lo[a], __shfl_xor_sync(0xffffffffu, b.lo[a], d));
+      b.hi[a] = fmaxf(b.hi[a], __shfl_xor_sync(0xffffffffu, b.hi[a], d));
+    }
+  }
+  b.culls = !__any_sync(0xffffffffu, undefined);
+  return b;
+}
+
+/// Distance from cell index c (the cell [c, c + 1)) to [lo, hi] along one axis.
+__device__ __forceinline__ float gapToCell(int c, float lo, float hi)
+{
+  return fmaxf(fmaxf(__fsub_rn(float(c), hi), __fsub_rn(lo, float(c + 1))), 0.0f);
+}
+
+/// Whether p may lie within R of the box (NaN: yes).
+__device__ __forceinline__ bool reachesBox(const Particle& p, const ClusterBox& b, float limit)
+{
+  const float gx = fmaxf(fmaxf(__fsub_rn(b.lo[0], p.x), __fsub_rn(p.x, b.hi[0])), 0.0f);
+  const float gy = fmaxf(fmaxf(__fsub_rn(b.lo[1], p.y), __fsub_rn(p.y, b.hi[1])), 0.0f);
+  const float gz = fmaxf(fmaxf(__fsub_rn(b.lo[2], p.z), __fsub_rn(p.z, b.hi[2])), 0.0f);
+  return !(gx * gx + gy * gy + gz * gz > limit);
+}
+
+/// Inclusive warp prefix sum; total gets the warp's sum.
+__device__ __forceinline__ int warpExclusiveSum(int value, int lane, int& total)
+{
+  int inclusive = value;
+  for (int d = 1; d < 32; d *= 2)
+  {
+    const int other = __shfl_up_sync(0xffffffffu, inclusive, d);
+    inclusive += lane >= d ? other : 0;
+  }
+  total = __shfl_sync(0xffffffffu, inclusive, 31);
+  return inclusive - value;
+}
+
+/// The rows of staged cells (y, z) that reach within R of the box, each trimmed along x to the
+/// cells the box's swept sphere spans, as one sequence of candidates. A lane holds rows lane and
+/// lane + 32 of the window; start[e] is where its row e begins in the sequence (empty rows are
+/// marked by start -1); rowBase lists the non-empty rows in order.
+struct ClusterRows
+{
+  int start[2];
+  int total;
+};
+
+__device__ ClusterRows listClusterRows(const TileSearch& g, const StagedRegion& r, const ClusterBox& b, int* rowBase, int lane)
+{
+  const int last = r.S - 1;
+  int y0 = 0, y1 = last, z0 = 0, z1 = last;
+  if (b.culls)
+  {
+    const float reachLimit = sqrtf(g.cullLimit);
+    y0 = max(0, __float2int_rd(b.lo[1] - reachLimit));
+    y1 = min(last, __float2int_rd(b.hi[1] + reachLimit));
+    z0 = max(0, __float2int_rd(b.lo[2] - reachLimit));
+    z1 = min(last, __float2int_rd(b.hi[2] + reachLimit));
+  }
+  const int wide = y1 - y0 + 1, rows = wide * (z1 - z0 + 1);
+  int begin[2], length[2];
+  for (int e = 0; e < 2; ++e)
+  {
+    const int k = lane + 32 * e;
+    begin[e] = 0;
+    length[e] = 0;
+    if (k < rows)
+    {
+      const int cy = y0 + k % wide, cz = z0 + k / wide;
+      int x0 = 0, x1 = last;
+      bool reaches = true;
+      if (b.culls)
+      {
+        const float gy = gapToCell(cy, b.lo[1], b.hi[1]), gz = gapToCell(cz, b.lo[2], b.hi[2]);
+        const float rest = g.cullLimit - (gy * gy + gz * gz);
+        reaches = rest >= 0.0f;
+        const float half = sqrtf(fmaxf(rest, 0.0f)) + 1e-4f;
+        x0 = max(0, __float2int_rd(b.lo[0] - half));
+        x1 = min(last, __float2int_rd(b.hi[0] + half));
+      }
+      if (reaches)
+      {
+        const int row = r.S * (cy + r.S * cz);
+        begin[e] = r.cellStart[row + x0];
+        length[e] = r.cellStart[row + x1 + 1] - begin[e];
+      }
+    }
+  }
+  const unsigned below = (1u << lane) - 1u;
+  const unsigned nonEmpty0 = __ballot_sync(0xffffffffu, length[0] > 0);
+  const unsigned nonEmpty1 = __ballot_sync(0xffffffffu, length[1] > 0);
+  int total0, total1;
+  ClusterRows out;
+  out.start[0] = warpExclusiveSum(length[0], lane, total0);
+  out.start[1] = total0 + warpExclusiveSum(length[1], lane, total1);
+  out.total = total0 + total1;
+  const int rank[2] = { __popc(nonEmpty0 & below), __popc(nonEmpty0) + __popc(nonEmpty1 & below) };
+  for (int e = 0; e < 2; ++e)
+  {
+    if (length[e] > 0)
+    {
+      rowBase[rank[e]] = begin[e] - out.start[e];
+    }
+    else
+    {
+      out.start[e] = -1;
+    }
+  }
+  __syncwarp();
+  return out;
+}
+
+/// Sums of a cluster's lane: the pair loop over a list of survivors, with the rare pairs within
+/// rounding of R decided in double afterwards (PairTest.h).
+template <class Op>
+__device__ void addClusterPairs(const TileSearch& g, const Op& op, const StagedRegion& r, const std::uint16_t* survivors,
+  int count, const Particle& pi, bool iValid, int si, RegisterSums<Op>& acc, unsigned& decidedHere)
+{
+  using Value = typename Op::Value;
+  const int jLane = (threadIdx.x % 32) / clusterSize;
+  // Terms go to a plain sum that joins the compensated one every 16 steps.
+  Value partial[Op::Terms];
+  for (int a = 0; a < Op::Terms; ++a)
+  {
+    partial[a] = 0;
+  }
+  int bandPairs = 0, bandAt = 0; // pairs within rounding of R: how many, and the last one
+  for (int chunk = 0; chunk < count; chunk += 16 * candidateLanes)
+  {
+    const int end = min(count, chunk + 16 * candidateLanes);
+    for (int s = chunk + jLane; s < end; s += candidateLanes)
+    {
+      const int q = survivors[s];
+      const Particle pj = r.points[q];
+      const float r2 = squaredDistance(pi, pj);
+      const bool neighbor = r2 < g.test.accept;
+      const bool band = !neighbor && !(r2 > g.test.reject);
+      bandPairs += band ? 1 : 0;
+      bandAt = band ? s : bandAt;
+      Value terms[Op::Terms];
+      if constexpr (pairReadsNoMemory<Op>())
+      {
+        op.pair(terms, 0, pj, r2);
+        for (int a = 0; a < Op::Terms; ++a)
+        {
+          partial[a] += neighbor ? terms[a] : Value(0);
+        }
+      }
+      else if (neighbor)
+      {
+        op.pair(terms, r.index[q], pj, r2);
+        for (int a = 0; a < Op::Terms; ++a)
+        {
+          partial[a] += terms[a];
+        }
+      }
+    }
+    acc.addTerms(partial);
+    for (int a = 0; a < Op::Terms; ++a)
+    {
+      partial[a] = 0;
+    }
+  }
+  // The pairs within rounding of R, decided in double from the input coordinates (PairTest.h):
+  // a lane with one decides it alone; only a lane with two or more walks its list again.
+  auto decideInDouble = [&](int s) {
+    const int q = survivors[s];
+    const Particle pj = r.points[q];
+    float r2 = squaredDistance(pi, pj);
+    if (iValid && q != r.sentinel && !(r2 < g.test.accept) && !(r2 > g.test.reject))
+    {
+      ++decidedHere;
+      const int sj = r.globalOf(q);
+      if (g.test.exact(g.orderToInput[si], g.orderToInput[sj], r2))
+      {
+        Value terms[Op::Terms];
+        op.pair(terms, sj, pj, r2);
+        acc.addTerms(terms);
+      }
+    }
+  };
+  if (bandPairs == 1)
+  {
+    decideInDouble(bandAt);
+  }
+  else if (bandPairs > 1)
+  {
+    for (int s = jLane; s < count; s += candidateLanes)
+    {
+      decideInDouble(s);
+    }
+  }
+}
+
+/// The survivors list padded to whole steps with the sentinel (it is never a neighbor), its
+/// pairs added, and the list emptied.
+template <class Op>
+__device__ __forceinline__ void flushSurvivors(const TileSearch& g, const Op& op, const StagedRegion& r, ClusterLists& lists,
+  int& count, const Particle& pi, bool iValid, int si, RegisterSums<Op>& acc, unsigned& decidedHere)
+{
+  const int lane = threadIdx.x % 32;
+  const int padded = (count + candidateLanes - 1) / candidateLanes * candidateLanes;
+  if (count + lane < padded)
+  {
+    lists.survivors[count + lane] = std::uint16_t(r.sentinel);
+  }
+  __syncwarp();
+  addClusterPairs(g, op, r, lists.survivors, padded, pi, iValid, si, acc, decidedHere);
+  __syncwarp();
+  count = 0;
+}
+
+/// The chunk's own points in clusters of four, a warp per cluster.
+template <class Op>
+__device__ void searchClusterPairs(const TileSearch& g, const Op& op, const StagedRegion& r, ClusterLists* allLists,
+  int chunkBegin, int chunkEnd, unsigned long long* decided)
+{
+  using Value = typename Op::Value;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned below = (1u << lane) - 1u, upToLane = below | (1u << lane);
+  ClusterLists& lists = allLists[warp];
+  unsigned decidedHere = 0;
+  for (int first = chunkBegin + clusterSize * warp; first < chunkEnd; first += clusterSize * tileWarps)
+  {
+    const int t = first + lane % clusterSize;
+    const bool iValid = t < chunkEnd;
+    Particle pi{ HUGE_VALF, HUGE_VALF, HUGE_VALF, 0.0f };
+    int si = 0;
+    if (iValid)
+    {
+      int x, y, z, offset;
+      const int k = r.ownCell(t, x, y, z, offset);
+      pi = r.points[r.cellStart[k] + offset];
+      si = r.cellFirst[k] + offset;
+    }
+    const ClusterBox box = clusterBox(pi, iValid);
+    const ClusterRows rows = listClusterRows(g, r, box, lists.rowBase, lane);
+
+    // The rows' candidates, 32 at a time: a lane finds its row from the rows that start in the
+    // window, keeps its candidate if it reaches within R of the box, and the kept ones are
+    // appended to the survivors in order.
+    RegisterSums<Op> acc;
+    int kept = 0, rowsBefore = 0;
+    for (int window = 0; window < rows.total; window += 32)
+    {
+      unsigned starts = 0;
+      for (int e = 0; e < 2; ++e)
+      {
+        const int d = rows.start[e] - window;
+        starts |= (rows.start[e] >= 0 && d >= 0 && d < 32) ? 1u << d : 0u;
+      }
+      starts = __reduce_or_sync(0xffffffffu, starts);
+      const int c = window + lane;
+      const int row = rowsBefore + __popc(starts & upToLane) - 1;
+      rowsBefore += __popc(starts);
+      bool keep = false;
+      int q = 0;
+      if (c < rows.total)
+      {
+        q = lists.rowBase[row] + c;
+        keep = !box.culls || reachesBox(r.points[q], box, g.cullLimit);
+      }
+      const unsigned keptLanes = __ballot_sync(0xffffffffu, keep);
+      if (keep)
+      {
+        lists.survivors[kept + __popc(keptLanes & below)] = std::uint16_t(q);
+      }
+      kept += __popc(keptLanes);
+      if (kept > survivorCapacity - 32)
+      {
+        flushSurvivors(g, op, r, lists, kept, pi, iValid, si, acc, decidedHere);
+      }
+    }
+    if (kept > 0)
+    {
+      flushSurvivors(g, op, r, lists, kept, pi, iValid, si, acc, decidedHere);
+    }
+
+    // Each point's sums from its eight lanes.
+    RegisterSums<Op> total;
+    for (int a = 0; a < Op::Terms; ++a)
+    {
+      Value v = acc.sum[a];
+      if constexpr (RegisterSums<Op>::compensated)
+      {
+        v -= acc.carry[a];
+      }
+      for (int d = clusterSize; d < 32; d *= 2)
+      {
+        v += __shfl_xor_sync(0xffffffffu, v, d);
+      }
+      total.sum[a] = v;
+    }
+    if (iValid && lane < clusterSize)
+    {
+      total.finish(op, si, g.orderToInput[si]);
+    }
+  }
+  addDecided(decided, decidedHere);
+}
+
 template <class Op>
 __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, Op op, unsigned long long* decided)
 {
   extern __shared__ float4 stagedMemory[];
   Particle* stagedPoints = reinterpret_cast<Particle*>(stagedMemory);
-  // Count and density stage no indices (16 bytes a point, so four blocks fit an SM instead of
-  // three); the rare pairs decided in double find a staged point's index from its cell.
+  // Count and density stage no indices (16 bytes a point); the rare pairs decided in double
+  // find a staged point's index from its cell.
   constexpr bool stagesIndex = !pairReadsNoMemory<Op>();
-  std::int32_t* stagedIndex = reinterpret_cast<std::int32_t*>(stagedPoints + g.capacity);
+  std::int32_t* stagedIndex = reinterpret_cast<std::int32_t*>(stagedPoints + g.capacity + 1);
+  // After the staged points: the threads' row lists or the warps' cluster lists (g.clusterPairs).
+  void* scratch = stagedIndex + (stagesIndex ? g.capacity + 1 : 0);
   __shared__ int cellFirst[maxStagedCells];     // where each staged cell's points start in global order
   __shared__ int cellStart[maxStagedCells + 1]; // ... and in the staged order
-  __shared__ int ownStart[maxOwnCells + 1];     // the tile's own points, by own cell
+  __shared__ int ownStart[maxOwnCells + 1];     // the tile's own points, by own cell (Morton order)
   using BlockScan = cub::BlockScan<int, tileThreads>;
   __shared__ typename BlockScan::TempStorage scanStorage;
 
-  const int side = g.side;
-  const int S = side + 2 * reach;
-  const int stagedCells = S * S * S;
-  const int ownCells = side * side * side;
+  StagedRegion region;
+  region.side = g.side;
+  region.S = g.side + 2 * reach;
+  region.stagedCells = region.S * region.S * region.S;
+  region.ownCells = g.side * g.side * g.side;
+  region.cellFirst = cellFirst;
+  region.cellStart = cellStart;
+  region.ownStart = ownStart;
+  region.points = stagedPoints;
+  region.index = stagesIndex ? stagedIndex : nullptr;
+  region.sentinel = g.capacity;
+  const int S = region.S, stagedCells = region.stagedCells, ownCells = region.ownCells;
 
   const int2 item = g.items[blockIdx.x];
   double leader[3], anchor[3];
   int place[3];
   g.fine.coordinates(g.leaders[item.x], leader);
-  tileOf(leader, side, anchor, place);
+  tileOf(leader, g.side, anchor, place);
 
   // Each staged cell's range in global memory; a block scan places them in shared memory.
   int counts[2], offsets[2];
@@ -289,7 +914,7 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   }
   __syncthreads();
 
-  // The tile's own cells (at most 64): one warp scans their counts.
+  // The tile's own cells (at most 64) in Morton order: one warp scans their counts.
   if (threadIdx.x < 32)
   {
     int own[2] = { 0, 0 };
@@ -298,20 +923,14 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
       const int m = 2 * threadIdx.x + e;
       if (m < ownCells)
       {
-        const int k = (m % side + reach) + S * ((m / side) % side + reach) + S * S * (m / (side * side) + reach);
+        int x, y, z;
+        ownCellPlace(m, x, y, z);
+        const int k = (x + reach) + S * ((y + reach) + S * (z + reach));
         own[e] = cellStart[k + 1] - cellStart[k];
       }
     }
-    int inclusive = own[0] + own[1];
-    for (int d = 1; d < 32; d *= 2)
-    {
-      const int other = __shfl_up_sync(0xffffffffu, inclusive, d);
-      if (threadIdx.x >= d)
-      {
-        inclusive += other;
-      }
-    }
-    const int exclusive = inclusive - own[0] - own[1];
+    int total = 0;
+    const int exclusive = warpExclusiveSum(own[0] + own[1], threadIdx.x, total);
     if (2 * threadIdx.x < ownCells)
     {
       ownStart[2 * threadIdx.x] = exclusive;
@@ -320,13 +939,14 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
     {
       ownStart[2 * threadIdx.x + 1] = exclusive + own[0];
     }
-    if (threadIdx.x == 31)
+    if (threadIdx.x == 0)
     {
-      ownStart[ownCells] = inclusive;
+      ownStart[ownCells] = total;
     }
   }
 
-  // Stage the region's points, in the block's frame, beside their global index.
+  // Stage the region's points in the block's frame (and their global index where the operation
+  // reads arrays), and the sentinel: a point at infinity that pads the pair loop to whole steps.
   const bool fits = stagedTotal <= g.capacity;
   if (fits)
   {
@@ -340,177 +960,27 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
         stagedIndex[q] = source;
       }
     }
+    if (threadIdx.x == 0)
+    {
+      stagedPoints[g.capacity] = Particle{ HUGE_VALF, HUGE_VALF, HUGE_VALF, 0.0f };
+    }
   }
   __syncthreads();
 
   const int ownTotal = ownStart[ownCells];
-  const int per = chunkPointsFor(ownTotal, side, g.capacity);
-  const int chunkEnd = min(ownTotal, (item.y + 1) * per);
-  std::uint32_t* rows = reinterpret_cast<std::uint32_t*>(stagesIndex ? stagedIndex + g.capacity : stagedIndex); // [row][thread]
-  for (int t = item.y * per + threadIdx.x; t < chunkEnd; t += tileThreads)
+  const int per = chunkPointsFor(ownTotal, g.side, g.capacity);
+  const int chunkBegin = item.y * per, chunkEnd = min(ownTotal, chunkBegin + per);
+  if (!fits)
   {
-    const int m = lastAtMost(ownStart, ownCells, t);
-    const int x = m % side + reach, y = (m / side) % side + reach, z = m / (side * side) + reach;
-    const int k = x + S * (y + S * z);
-    const int si = cellFirst[k] + (t - ownStart[m]);
-    const Particle pi = fits ? stagedPoints[cellStart[k] + (t - ownStart[m])] : staged(g.particles[si], x, y, z);
-    RegisterSums<Op> acc;
-    unsigned decidedHere = 0;
-
-    // The rows of cells (5 along x) that reach within R of the point: skipped when beyond R,
-    // trimmed to the cells the sphere spans; cullLimit carries a margin for the rounding of the
-    // gaps (NaN coordinates, a huge cell: nothing skipped).
-    int rowCount = 0, candidates = 0;
-    for (int dz = -reach; dz <= reach; ++dz)
-    {
-      const float gz = gapTo(pi.z, z + dz, dz);
-      for (int dy = -reach; dy <= reach; ++dy)
-      {
-        const float gy = gapTo(pi.y, y + dy, dy);
-        const float rest = g.cullLimit - (gy * gy + gz * gz);
-        if (rest < 0.0f)
-        {
-          continue;
-        }
-        int first = x - reach, last = x + reach;
-        if (rest == rest && pi.x == pi.x)
-        {
-          const float half = sqrtf(rest) + 1e-4f;
-          first = max(first, __float2int_rd(pi.x - half));
-          last = min(last, __float2int_rd(pi.x + half));
-        }
-        const int row = S * ((y + dy) + S * (z + dz));
-        if (fits)
-        {
-          const int begin = cellStart[row + first], end = cellStart[row + last + 1];
-          if (end > begin)
-          {
-            rows[rowCount * tileThreads + threadIdx.x] = std::uint32_t(begin) | (std::uint32_t(end) << 16);
-            ++rowCount;
-            candidates += end - begin;
-          }
-        }
-        else
-        {
-          for (int cx = first; cx <= last; ++cx)
-          {
-            const int kj = row + cx;
-            const int begin = cellFirst[kj];
-            const int end = begin + (cellStart[kj + 1] - cellStart[kj]);
-            for (int sj = begin; sj < end; ++sj)
-            {
-              const Particle pj = staged(g.particles[sj], cx, y + dy, z + dz);
-              float r2 = squaredDistance(pi, pj);
-              if (isNeighbor(g.test, r2, si, sj, g.orderToInput, decidedHere))
-              {
-                acc.add(op, sj, pj, r2);
-              }
-            }
-          }
-        }
-      }
-    }
-
-    // The rows as one sequence: every thread of a warp tests one candidate per step until its
-    // own run out, so threads with short rows do not wait for threads with long ones. Terms go
-    // to a plain float sum that joins the compensated one every 16 steps.
-    using Value = typename Op::Value;
-    Value partial[Op::Terms];
-    for (int a = 0; a < Op::Terms; ++a)
-    {
-      partial[a] = 0;
-    }
-    // A row's entry holds its first and one-past-last staged positions (16 bits each); the next
-    // entry is a pointer step away. Every instruction of the row change issues for every candidate
-    // (predicated off where the row goes on), so it is kept to four.
-    auto sweep = [&](auto&& visit) {
-      const std::uint32_t* nextRow = rows + threadIdx.x;
-      int q = 0, end = 0;
-      for (int chunk = 0; chunk < candidates; chunk += 16)
-      {
-        const int steps = min(16, candidates - chunk);
-        for (int step = 0; step < steps; ++step)
-        {
-          if (q == end)
-          {
-            const std::uint32_t entry = *nextRow;
-            nextRow += tileThreads;
-            q = int(entry & 0xffffu);
-            end = int(entry >> 16);
-          }
-          visit(q);
-          ++q;
-        }
-        acc.addTerms(partial);
-        for (int a = 0; a < Op::Terms; ++a)
-        {
-          partial[a] = 0;
-        }
-      }
-    };
-    // First pass: the pairs the float test decides. Count and density evaluate every candidate
-    // without branching (their terms need no memory reads) and keep the neighbors' terms.
-    // inBand as a word, not a bool: the compiler keeps a bool as a byte and spends about six
-    // conversions per candidate on it.
-    unsigned inBand = 0;
-    sweep([&](int q) {
-      const Particle pj = stagedPoints[q];
-      const float r2 = squaredDistance(pi, pj);
-      const bool neighbor = r2 < g.test.accept;
-      inBand |= (!neighbor && !(r2 > g.test.reject)) ? 1u : 0u;
-      Value terms[Op::Terms];
-      if constexpr (pairReadsNoMemory<Op>())
-      {
-        op.pair(terms, 0, pj, r2);
-        for (int a = 0; a < Op::Terms; ++a)
-        {
-          partial[a] += neighbor ? terms[a] : Value(0);
-        }
-      }
-      else if (neighbor)
-      {
-        op.pair(terms, stagedIndex[q], pj, r2);
-        for (int a = 0; a < Op::Terms; ++a)
-        {
-          partial[a] += terms[a];
-        }
-      }
-    });
-    // Second pass, rare (about one point in 50 at 80 neighbors): the pairs within rounding of R,
-    // decided in double from the input coordinates (PairTest.h).
-    if (inBand)
-    {
-      sweep([&](int q) {
-        const Particle pj = stagedPoints[q];
-        float r2 = squaredDistance(pi, pj);
-        if (!(r2 < g.test.accept) && !(r2 > g.test.reject))
-        {
-          ++decidedHere;
-          int sj;
-          if constexpr (stagesIndex)
-          {
-            sj = stagedIndex[q];
-          }
-          else
-          {
-            const int k = lastAtMost(cellStart, stagedCells, q);
-            sj = cellFirst[k] + (q - cellStart[k]);
-          }
-          if (g.test.exact(g.orderToInput[si], g.orderToInput[sj], r2))
-          {
-            Value terms[Op::Terms];
-            op.pair(terms, sj, pj, r2);
-            for (int a = 0; a < Op::Terms; ++a)
-            {
-              partial[a] += terms[a];
-            }
-          }
-        }
-      });
-    }
-    acc.addTerms(partial);
-    acc.finish(op, si, g.orderToInput[si]);
-    addDecided(decided, decidedHere);
+    searchFromGlobal(g, op, region, chunkBegin, chunkEnd, decided);
+  }
+  else if (g.clusterPairs)
+  {
+    searchClusterPairs(g, op, region, static_cast<ClusterLists*>(scratch), chunkBegin, chunkEnd, decided);
+  }
+  else
+  {
+    searchPointRows(g, op, region, static_cast<std::uint32_t*>(scratch), chunkBegin, chunkEnd, decided);
   }
 }
 
@@ -521,8 +991,6 @@ constexpr int stagedPointBytesFor()
 {
   return pairReadsNoMemory<Op>() ? int(sizeof(Particle)) : stagedPointBytes;
 }
-/// Shared memory for the row lists: 25 rows of (start, length) per thread.
-constexpr int rowListBytes = (2 * reach + 1) * (2 * reach + 1) * tileThreads * 4;
 
 class StagedTiles final : public CudaMethod
 {
@@ -558,8 +1026,9 @@ public:
 
     // Tiles as large as shared memory allows for the data's points per occupied cell.
     const double perCell = double(n) / std::max(1, cells);
-    // Row lists pack a row's first and one-past-last staged positions in 16 bits each.
-    const int maxCapacity = std::min(65535, (run.device->sharedMemoryPerBlock - staticSharedBytes - rowListBytes) / stagedPointBytes);
+    // Survivor lists hold staged positions in 16 bits, the sentinel's (= capacity) included.
+    const int maxCapacity = std::min(65535,
+      (run.device->sharedMemoryPerBlock - staticSharedBytes - std::max(rowListBytes, clusterListBytes)) / stagedPointBytes - 1);
     side_ = maxTileSide;
     while (side_ > 1 && perCell * std::pow(side_ + 2 * reach, 3) > 0.5 * maxCapacity)
     {
@@ -646,6 +1115,20 @@ private:
   // cellFirst, cellStart, ownStart and the block scan's storage, rounded up.
   static constexpr int staticSharedBytes = 8192;
 
+  /// Cluster pairs for operations of three or more terms (smoothing of two or more components),
+  /// one thread per point for the rest: the faster of the two on the 4M row on the H100
+  /// (RESULTS.md, issue 22). NEIGHBORGRID_TILES_LOOP=points|clusters (a benchmarking knob) takes
+  /// one for every operation.
+  template <class Op>
+  static bool usesClusterPairs()
+  {
+    if (const char* knob = std::getenv("NEIGHBORGRID_TILES_LOOP"))
+    {
+      return std::string(knob) == "clusters";
+    }
+    return Op::Terms >= 3;
+  }
+
   template <class Op>
   void launch(CudaRun& run, const Op& op)
   {
@@ -653,10 +1136,13 @@ private:
     {
       return;
     }
-    const std::size_t bytes = std::size_t(capacity_) * stagedPointBytesFor<Op>() + rowListBytes;
+    TileSearch search = search_;
+    search.clusterPairs = usesClusterPairs<Op>();
+    const std::size_t bytes =
+      std::size_t(capacity_ + 1) * stagedPointBytesFor<Op>() + (search.clusterPairs ? clusterListBytes : rowListBytes);
     NG_CUDA_CHECK(cudaFuncSetAttribute(stagedTilesSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
       "allowing the staged tiles' shared memory");
-    stagedTilesSearch<<<items_, tileThreads, bytes, run.stream>>>(search_, op, run.decided);
+    stagedTilesSearch<<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
   }
 
   RadixCells cells_;
