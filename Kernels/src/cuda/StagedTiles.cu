@@ -237,6 +237,15 @@ __device__ __forceinline__ float gapTo(float v, int row, int d)
   return d > 0 ? __fsub_rn(float(row), v) : (d < 0 ? __fsub_rn(v, float(row + 1)) : 0.0f);
 }
 
+/// The float squared distance of a staged pair with fused multiply-adds: three roundings instead
+/// of five, so PairTest.h's bound holds, in two instructions fewer per candidate. Both passes of
+/// a loop use it, so they agree on which pairs lie in the band.
+__device__ __forceinline__ float fusedSquaredDistance(const Particle& a, const Particle& b)
+{
+  const float dx = __fsub_rn(a.x, b.x), dy = __fsub_rn(a.y, b.y), dz = __fsub_rn(a.z, b.z);
+  return __fmaf_rn(dz, dz, __fmaf_rn(dy, dy, __fmul_rn(dx, dx)));
+}
+
 /// Own cell m of a tile in Morton order (side 1, 2 or 4): consecutive own points then lie close
 /// together, so a cluster of four has a small box.
 __device__ __forceinline__ void ownCellPlace(int m, int& x, int& y, int& z)
@@ -438,18 +447,24 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
     int bandPairs = 0, bandAt = 0;
     sweep([&](int q) {
       const Particle pj = r.points[q];
-      const float r2 = squaredDistance(pi, pj);
+      const float r2 = fusedSquaredDistance(pi, pj);
       const bool neighbor = r2 < g.test.accept;
       const bool band = !neighbor && !(r2 > g.test.reject);
-      bandPairs += band ? 1 : 0;
-      bandAt = band ? q : bandAt;
+      if (band)
+      {
+        ++bandPairs;
+        bandAt = q;
+      }
       Value terms[Op::Terms];
       if constexpr (pairReadsNoMemory<Op>())
       {
         op.pair(terms, 0, pj, r2);
         for (int a = 0; a < Op::Terms; ++a)
         {
-          partial[a] += neighbor ? terms[a] : Value(0);
+          if (neighbor)
+          {
+            partial[a] += terms[a];
+          }
         }
       }
       else if (neighbor)
@@ -464,7 +479,7 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
     // The pairs within rounding of R, decided in double from the input coordinates (PairTest.h).
     auto decideInDouble = [&](int q) {
       const Particle pj = r.points[q];
-      float r2 = squaredDistance(pi, pj);
+      float r2 = fusedSquaredDistance(pi, pj);
       if (!(r2 < g.test.accept) && !(r2 > g.test.reject))
       {
         ++decidedHere;
@@ -673,18 +688,24 @@ __device__ void addClusterPairs(const TileSearch& g, const Op& op, const StagedR
     {
       const int q = survivors[s];
       const Particle pj = r.points[q];
-      const float r2 = squaredDistance(pi, pj);
+      const float r2 = fusedSquaredDistance(pi, pj);
       const bool neighbor = r2 < g.test.accept;
       const bool band = !neighbor && !(r2 > g.test.reject);
-      bandPairs += band ? 1 : 0;
-      bandAt = band ? s : bandAt;
+      if (band)
+      {
+        ++bandPairs;
+        bandAt = s;
+      }
       Value terms[Op::Terms];
       if constexpr (pairReadsNoMemory<Op>())
       {
         op.pair(terms, 0, pj, r2);
         for (int a = 0; a < Op::Terms; ++a)
         {
-          partial[a] += neighbor ? terms[a] : Value(0);
+          if (neighbor)
+          {
+            partial[a] += terms[a];
+          }
         }
       }
       else if (neighbor)
@@ -707,7 +728,7 @@ __device__ void addClusterPairs(const TileSearch& g, const Op& op, const StagedR
   auto decideInDouble = [&](int s) {
     const int q = survivors[s];
     const Particle pj = r.points[q];
-    float r2 = squaredDistance(pi, pj);
+    float r2 = fusedSquaredDistance(pi, pj);
     if (iValid && q != r.sentinel && !(r2 < g.test.accept) && !(r2 > g.test.reject))
     {
       ++decidedHere;
