@@ -83,17 +83,25 @@ __global__ void coordinateBoundsPartial(const T* __restrict__ raw, std::int64_t 
   }
 }
 
+/// The partial bounds of every block reduced by one warp per bound: a lane reads every 32nd block
+/// (one thread walking 528 blocks in turn waited on each load: 61 us at 4M points on the H100).
 __global__ void coordinateBoundsFinal(const double* __restrict__ partial, int blocks, double* __restrict__ bounds)
 {
-  if (threadIdx.x < 6)
+  const int bound = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bool isLo = bound < 3;
+  double v = isLo ? HUGE_VAL : -HUGE_VAL;
+  for (int b = lane; b < blocks; b += 32)
   {
-    const bool isLo = threadIdx.x < 3;
-    double v = isLo ? HUGE_VAL : -HUGE_VAL;
-    for (int b = 0; b < blocks; ++b)
-    {
-      v = isLo ? fmin(v, partial[6 * b + threadIdx.x]) : fmax(v, partial[6 * b + threadIdx.x]);
-    }
-    bounds[threadIdx.x] = v;
+    v = isLo ? fmin(v, partial[6 * b + bound]) : fmax(v, partial[6 * b + bound]);
+  }
+  for (int d = 16; d > 0; d /= 2)
+  {
+    const double other = __shfl_xor_sync(0xffffffffu, v, d);
+    v = isLo ? fmin(v, other) : fmax(v, other);
+  }
+  if (lane == 0)
+  {
+    bounds[bound] = v;
   }
 }
 
@@ -298,7 +306,7 @@ public:
       coordinateBoundsPartial<<<blocks, boundsThreads, 0, stream_>>>(static_cast<const double*>(xyz), n, partial, firstBad);
     }
     NG_CUDA_CHECK_LAUNCH("coordinateBoundsPartial");
-    coordinateBoundsFinal<<<1, 32, 0, stream_>>>(partial, blocks, bounds);
+    coordinateBoundsFinal<<<1, 6 * 32, 0, stream_>>>(partial, blocks, bounds);
     NG_CUDA_CHECK_LAUNCH("coordinateBoundsFinal");
     struct BoundsResult
     {
