@@ -112,8 +112,10 @@ NG_HD long long imageCount(const ImageRanges& r, const double w[3])
     long long k0, k1;
     imageRange(r, w[a], a, k0, k1);
     const long long span = k1 >= k0 ? k1 - k0 + 1 : 0;
-    constexpr long long ceiling = 1LL << 40; // far beyond any run: the caller reports it
-    combos = span > 0 && combos > ceiling / span ? ceiling : combos * span;
+    // Capped far beyond any run (the caller reports it); the cap is tested in double, not by a
+    // 64-bit division (a slow routine on the GPU, run by nearly every warp of the image count).
+    constexpr long long ceiling = 1LL << 40;
+    combos = double(combos) * double(span) > double(ceiling) ? ceiling : combos * span;
     self = self && k0 <= 0 && 0 <= k1;
   }
   return combos - (self ? 1 : 0);
