@@ -358,6 +358,44 @@ __device__ void searchFromGlobal(
 /// Shared memory for the row lists: 25 rows of (first, one-past-last) per thread.
 constexpr int rowListBytes = (2 * reach + 1) * (2 * reach + 1) * tileThreads * 4;
 
+/// The rows of cells (5 along x) that reach within R of point p of staged cell (x, y, z),
+/// trimmed to the cells its sphere spans (as searchFromGlobal), written to the thread's column of
+/// `rows` as (first, one-past-last) staged positions in 16 bits each. Returns the candidates.
+__device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRegion& r, const Particle& p, int x, int y,
+  int z, std::uint32_t* rows)
+{
+  int rowCount = 0, candidates = 0;
+  for (int dz = -reach; dz <= reach; ++dz)
+  {
+    const float gz = gapTo(p.z, z + dz, dz);
+    for (int dy = -reach; dy <= reach; ++dy)
+    {
+      const float gy = gapTo(p.y, y + dy, dy);
+      const float rest = g.cullLimit - (gy * gy + gz * gz);
+      if (rest < 0.0f)
+      {
+        continue;
+      }
+      int first = x - reach, last = x + reach;
+      if (rest == rest && p.x == p.x)
+      {
+        const float half = sqrtf(rest) + 1e-4f;
+        first = max(first, __float2int_rd(p.x - half));
+        last = min(last, __float2int_rd(p.x + half));
+      }
+      const int row = r.S * ((y + dy) + r.S * (z + dz));
+      const int begin = r.cellStart[row + first], end = r.cellStart[row + last + 1];
+      if (end > begin)
+      {
+        rows[rowCount * tileThreads + threadIdx.x] = std::uint32_t(begin) | (std::uint32_t(end) << 16);
+        ++rowCount;
+        candidates += end - begin;
+      }
+    }
+  }
+  return candidates;
+}
+
 template <class Op>
 __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedRegion& r, std::uint32_t* rows,
   int chunkBegin, int chunkEnd, unsigned long long* decided)
@@ -372,37 +410,7 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
     RegisterSums<Op> acc;
     unsigned decidedHere = 0;
 
-    // The rows of cells (5 along x) that reach within R of the point, trimmed to the cells the
-    // sphere spans (searchFromGlobal), as (first, one-past-last) staged positions in 16 bits.
-    int rowCount = 0, candidates = 0;
-    for (int dz = -reach; dz <= reach; ++dz)
-    {
-      const float gz = gapTo(pi.z, z + dz, dz);
-      for (int dy = -reach; dy <= reach; ++dy)
-      {
-        const float gy = gapTo(pi.y, y + dy, dy);
-        const float rest = g.cullLimit - (gy * gy + gz * gz);
-        if (rest < 0.0f)
-        {
-          continue;
-        }
-        int first = x - reach, last = x + reach;
-        if (rest == rest && pi.x == pi.x)
-        {
-          const float half = sqrtf(rest) + 1e-4f;
-          first = max(first, __float2int_rd(pi.x - half));
-          last = min(last, __float2int_rd(pi.x + half));
-        }
-        const int row = r.S * ((y + dy) + r.S * (z + dz));
-        const int begin = r.cellStart[row + first], end = r.cellStart[row + last + 1];
-        if (end > begin)
-        {
-          rows[rowCount * tileThreads + threadIdx.x] = std::uint32_t(begin) | (std::uint32_t(end) << 16);
-          ++rowCount;
-          candidates += end - begin;
-        }
-      }
-    }
+    const int candidates = listPointRows(g, r, pi, x, y, z, rows);
 
     // The rows as one sequence: every thread of a warp tests one candidate per step until its
     // own run out, so threads with short rows do not wait for threads with long ones. Terms go
@@ -578,7 +586,7 @@ __device__ __forceinline__ bool reachesBox(const Particle& p, const ClusterBox& 
   return !(gx * gx + gy * gy + gz * gz > limit);
 }
 
-/// Inclusive warp prefix sum; total gets the warp's sum.
+/// The exclusive warp prefix sum of value; total gets the warp's sum.
 __device__ __forceinline__ int warpExclusiveSum(int value, int lane, int& total)
 {
   int inclusive = value;
