@@ -293,6 +293,61 @@ struct StagedRegion
   }
 };
 
+/// One candidate of a loop's float pass: a neighbor's terms added to partial (count and density
+/// evaluate them without branching: their terms read no memory). True when the pair lies within
+/// rounding of R and is left to isNeighborInDouble.
+template <class Op>
+__device__ __forceinline__ bool addFloatPair(const TileSearch& g, const Op& op, const StagedRegion& r, const Particle& pi,
+  int q, typename Op::Value (&partial)[Op::Terms])
+{
+  const Particle pj = r.points[q];
+  const float r2 = fusedSquaredDistance(pi, pj);
+  const bool neighbor = r2 < g.test.accept;
+  typename Op::Value terms[Op::Terms];
+  if constexpr (pairReadsNoMemory<Op>())
+  {
+    op.pair(terms, 0, pj, r2);
+    for (int a = 0; a < Op::Terms; ++a)
+    {
+      if (neighbor)
+      {
+        partial[a] += terms[a];
+      }
+    }
+  }
+  else if (neighbor)
+  {
+    op.pair(terms, r.index[q], pj, r2);
+    for (int a = 0; a < Op::Terms; ++a)
+    {
+      partial[a] += terms[a];
+    }
+  }
+  return !neighbor && !(r2 > g.test.reject);
+}
+
+/// A pair of own point si (pi) and staged point q that the float pass left in the band, decided in
+/// double from the input coordinates (PairTest.h); a neighbor's terms go to `terms`.
+template <class Op>
+__device__ __forceinline__ bool isNeighborInDouble(const TileSearch& g, const Op& op, const StagedRegion& r,
+  const Particle& pi, int si, int q, unsigned& decidedHere, typename Op::Value (&terms)[Op::Terms])
+{
+  const Particle pj = r.points[q];
+  float r2 = fusedSquaredDistance(pi, pj);
+  bool neighbor = false;
+  if (!(r2 < g.test.accept) && !(r2 > g.test.reject))
+  {
+    ++decidedHere;
+    const int sj = r.globalOf(q);
+    if (g.test.exact(g.orderToInput[si], g.orderToInput[sj], r2))
+    {
+      op.pair(terms, sj, pj, r2);
+      neighbor = true;
+    }
+  }
+  return neighbor;
+}
+
 // --- A tile that does not fit shared memory: one thread per point, candidates from global -------
 
 template <class Op>
@@ -448,58 +503,25 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
         }
       }
     };
-    // First pass: the pairs the float test decides. Count and density evaluate every candidate
-    // without branching (their terms need no memory reads) and keep the neighbors' terms. The pairs within rounding of R (about one point in 50 at 80
-    // neighbors has one) are counted and the last one remembered, so only a point with two or
-    // more sweeps its rows again.
+    // First pass: the pairs the float test decides (addFloatPair). The pairs within rounding of R
+    // (about one point in 50 at 80 neighbors has one) are counted and the last one remembered, so
+    // only a point with two or more sweeps its rows again.
     int bandPairs = 0, bandAt = 0;
     sweep([&](int q) {
-      const Particle pj = r.points[q];
-      const float r2 = fusedSquaredDistance(pi, pj);
-      const bool neighbor = r2 < g.test.accept;
-      const bool band = !neighbor && !(r2 > g.test.reject);
-      if (band)
+      if (addFloatPair(g, op, r, pi, q, partial))
       {
         ++bandPairs;
         bandAt = q;
       }
-      Value terms[Op::Terms];
-      if constexpr (pairReadsNoMemory<Op>())
-      {
-        op.pair(terms, 0, pj, r2);
-        for (int a = 0; a < Op::Terms; ++a)
-        {
-          if (neighbor)
-          {
-            partial[a] += terms[a];
-          }
-        }
-      }
-      else if (neighbor)
-      {
-        op.pair(terms, r.index[q], pj, r2);
-        for (int a = 0; a < Op::Terms; ++a)
-        {
-          partial[a] += terms[a];
-        }
-      }
     });
     // The pairs within rounding of R, decided in double from the input coordinates (PairTest.h).
     auto decideInDouble = [&](int q) {
-      const Particle pj = r.points[q];
-      float r2 = fusedSquaredDistance(pi, pj);
-      if (!(r2 < g.test.accept) && !(r2 > g.test.reject))
+      Value terms[Op::Terms];
+      if (isNeighborInDouble(g, op, r, pi, si, q, decidedHere, terms))
       {
-        ++decidedHere;
-        const int sj = r.globalOf(q);
-        if (g.test.exact(g.orderToInput[si], g.orderToInput[sj], r2))
+        for (int a = 0; a < Op::Terms; ++a)
         {
-          Value terms[Op::Terms];
-          op.pair(terms, sj, pj, r2);
-          for (int a = 0; a < Op::Terms; ++a)
-          {
-            partial[a] += terms[a];
-          }
+          partial[a] += terms[a];
         }
       }
     };
@@ -694,35 +716,10 @@ __device__ void addClusterPairs(const TileSearch& g, const Op& op, const StagedR
     const int end = min(count, chunk + 16 * candidateLanes);
     for (int s = chunk + jLane; s < end; s += candidateLanes)
     {
-      const int q = survivors[s];
-      const Particle pj = r.points[q];
-      const float r2 = fusedSquaredDistance(pi, pj);
-      const bool neighbor = r2 < g.test.accept;
-      const bool band = !neighbor && !(r2 > g.test.reject);
-      if (band)
+      if (addFloatPair(g, op, r, pi, survivors[s], partial))
       {
         ++bandPairs;
         bandAt = s;
-      }
-      Value terms[Op::Terms];
-      if constexpr (pairReadsNoMemory<Op>())
-      {
-        op.pair(terms, 0, pj, r2);
-        for (int a = 0; a < Op::Terms; ++a)
-        {
-          if (neighbor)
-          {
-            partial[a] += terms[a];
-          }
-        }
-      }
-      else if (neighbor)
-      {
-        op.pair(terms, r.index[q], pj, r2);
-        for (int a = 0; a < Op::Terms; ++a)
-        {
-          partial[a] += terms[a];
-        }
       }
     }
     acc.addTerms(partial);
@@ -734,19 +731,10 @@ __device__ void addClusterPairs(const TileSearch& g, const Op& op, const StagedR
   // The pairs within rounding of R, decided in double from the input coordinates (PairTest.h):
   // a lane with one decides it alone; only a lane with two or more walks its list again.
   auto decideInDouble = [&](int s) {
-    const int q = survivors[s];
-    const Particle pj = r.points[q];
-    float r2 = fusedSquaredDistance(pi, pj);
-    if (iValid && q != r.sentinel && !(r2 < g.test.accept) && !(r2 > g.test.reject))
+    Value terms[Op::Terms];
+    if (iValid && survivors[s] != r.sentinel && isNeighborInDouble(g, op, r, pi, si, survivors[s], decidedHere, terms))
     {
-      ++decidedHere;
-      const int sj = r.globalOf(q);
-      if (g.test.exact(g.orderToInput[si], g.orderToInput[sj], r2))
-      {
-        Value terms[Op::Terms];
-        op.pair(terms, sj, pj, r2);
-        acc.addTerms(terms);
-      }
+      acc.addTerms(terms);
     }
   };
   if (bandPairs == 1)
