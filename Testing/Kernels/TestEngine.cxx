@@ -590,6 +590,25 @@ TEST(EngineMethods, StagedTilesLoopsAreExact)
   }
   // The stars put pairs within rounding of R: both loops decided some in double.
   EXPECT_GT(decided, 0);
+
+  // A misspelled knob is an error that names it, and the output stays untouched.
+  const ScopedKnob knob("NEIGHBORGRID_TILES_LOOP", "cluster");
+  const Cloud cloud = ngtest::makeCloud("clustered", 2000, 8.0, 3);
+  Engine engine;
+  Request r = baseRequest(cloud, 0.5, Method::StagedTiles);
+  r.operation = Operation::NeighborCount;
+  std::vector<std::int32_t> counts(cloud.size(), -7);
+  r.neighborCount = counts.data();
+  try
+  {
+    engine.run(r);
+    ADD_FAILURE() << "a misspelled NEIGHBORGRID_TILES_LOOP ran";
+  }
+  catch (const Error& e)
+  {
+    EXPECT_NE(std::string(e.what()).find("NEIGHBORGRID_TILES_LOOP"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::all_of(counts.begin(), counts.end(), [](std::int32_t c) { return c == -7; }));
 }
 
 // --- Exactness at the cutoff ----------------------------------------------------------------

@@ -1141,7 +1141,13 @@ private:
   {
     if (const char* knob = std::getenv("NEIGHBORGRID_TILES_LOOP"))
     {
-      return std::string(knob) == "clusters";
+      const std::string loop = knob;
+      if (loop != "points" && loop != "clusters")
+      {
+        // A misspelled knob must not measure the other loop without saying so.
+        throw Error("NeighborGrid: NEIGHBORGRID_TILES_LOOP is '" + loop + "'; it takes 'points' or 'clusters'");
+      }
+      return loop == "clusters";
     }
     return Op::Terms >= 3;
   }
