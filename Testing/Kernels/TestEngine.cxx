@@ -539,7 +539,10 @@ struct ScopedKnob
 };
 
 // Staged Tiles has two loops over a staged tile (one thread per point; cluster pairs) and picks
-// one per operation; either must be exact for every operation.
+// one per operation, on cells of R / 2 or of R (reach 2 or 1) by the data's density, and on
+// sparse data a search by point; each must be exact for every operation. "sparse" is 2,000
+// uniform points in a box of 8 with R = 0.3: about one point per occupied cell of R, so with
+// cells of R every point looks up its 27 cells (StagedTiles::sort).
 TEST(EngineMethods, StagedTilesLoopsAreExact)
 {
   if (backendUnderTest != Backend::CUDA)
@@ -547,20 +550,25 @@ TEST(EngineMethods, StagedTilesLoopsAreExact)
     GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
   }
   std::int64_t decided = 0;
-  for (const char* kind : { "clustered", "stacked", "planar", "stars" })
+  for (const char* kind : { "clustered", "stacked", "planar", "stars", "sparse" })
   {
-    const double radius = 0.5;
-    const Cloud cloud = std::string(kind) == "stars" ? starsAtTheRadius(radius, 8) : ngtest::makeCloud(kind, 6000, 8.0, 17);
+    const bool sparse = std::string(kind) == "sparse";
+    const double radius = sparse ? 0.3 : 0.5;
+    const Cloud cloud = std::string(kind) == "stars" ? starsAtTheRadius(radius, 8)
+      : sparse                                      ? ngtest::makeCloud("uniform", 2000, 8.0, 23)
+                                                    : ngtest::makeCloud(kind, 6000, 8.0, 17);
     const Reference ref(cloud, radius);
     const auto rhoRef = ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0);
     const auto smooth1Ref = ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0);
     const auto smooth1Scale = ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0, true);
     const auto smooth3Ref = ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0);
     const auto smooth3Scale = ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0, true);
-    for (const char* loop : { "points", "clusters" })
+    for (const char* variant : { "1 points", "1 clusters", "2 points", "2 clusters" })
     {
-      SCOPED_TRACE(std::string(kind) + ", NEIGHBORGRID_TILES_LOOP=" + loop);
-      const ScopedKnob knob("NEIGHBORGRID_TILES_LOOP", loop);
+      const std::string reach(variant, 1), loop(variant + 2);
+      SCOPED_TRACE(std::string(kind) + ", NEIGHBORGRID_TILES_REACH=" + reach + ", NEIGHBORGRID_TILES_LOOP=" + loop);
+      const ScopedKnob reachKnob("NEIGHBORGRID_TILES_REACH", reach.c_str());
+      const ScopedKnob knob("NEIGHBORGRID_TILES_LOOP", loop.c_str());
       Engine engine;
       Request r = baseRequest(cloud, radius, Method::StagedTiles);
       r.operation = Operation::NeighborCount;
@@ -592,23 +600,27 @@ TEST(EngineMethods, StagedTilesLoopsAreExact)
   EXPECT_GT(decided, 0);
 
   // A misspelled knob is an error that names it, and the output stays untouched.
-  const ScopedKnob knob("NEIGHBORGRID_TILES_LOOP", "cluster");
-  const Cloud cloud = ngtest::makeCloud("clustered", 2000, 8.0, 3);
-  Engine engine;
-  Request r = baseRequest(cloud, 0.5, Method::StagedTiles);
-  r.operation = Operation::NeighborCount;
-  std::vector<std::int32_t> counts(cloud.size(), -7);
-  r.neighborCount = counts.data();
-  try
+  for (const auto& misspelled : { std::make_pair("NEIGHBORGRID_TILES_LOOP", "cluster"),
+         std::make_pair("NEIGHBORGRID_TILES_REACH", "3") })
   {
-    engine.run(r);
-    ADD_FAILURE() << "a misspelled NEIGHBORGRID_TILES_LOOP ran";
+    const ScopedKnob knob(misspelled.first, misspelled.second);
+    const Cloud cloud = ngtest::makeCloud("clustered", 2000, 8.0, 3);
+    Engine engine;
+    Request r = baseRequest(cloud, 0.5, Method::StagedTiles);
+    r.operation = Operation::NeighborCount;
+    std::vector<std::int32_t> counts(cloud.size(), -7);
+    r.neighborCount = counts.data();
+    try
+    {
+      engine.run(r);
+      ADD_FAILURE() << "a misspelled " << misspelled.first << " ran";
+    }
+    catch (const Error& e)
+    {
+      EXPECT_NE(std::string(e.what()).find(misspelled.first), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(std::all_of(counts.begin(), counts.end(), [](std::int32_t c) { return c == -7; }));
   }
-  catch (const Error& e)
-  {
-    EXPECT_NE(std::string(e.what()).find("NEIGHBORGRID_TILES_LOOP"), std::string::npos) << e.what();
-  }
-  EXPECT_TRUE(std::all_of(counts.begin(), counts.end(), [](std::int32_t c) { return c == -7; }));
 }
 
 // --- Exactness at the cutoff ----------------------------------------------------------------

@@ -10,14 +10,18 @@
 //  - the fine-grained work inside the block, one thread per point of the tile, each pair test in
 //    float with the exact double decision inside a narrow band (PairTest.h).
 // Changed, and why (measured on an H100, Testing/Benchmarks/RESULTS.md):
-//  - Cells of R / 2 instead of R. A point's neighbors lie within two cells on each axis, and the
-//    5 x 5 x 5 cells around its own hold 125 / 8 = 15.6 R^3 of candidates instead of 27 R^3. On
-//    top of that each point skips the rows of cells that lie beyond R from it and trims each row
-//    to the cells its sphere reaches, so it tests about 2.5 candidates per neighbor instead of 6.6.
+//  - Cells of R / 2 instead of R where the data are dense (reachFor). A point's neighbors lie
+//    within two cells on each axis, and the 5 x 5 x 5 cells around its own hold 125 / 8 = 15.6
+//    R^3 of candidates instead of 27 R^3. On top of that each point skips the rows of cells that
+//    lie beyond R from it and trims each row to the cells its sphere reaches, so it tests about
+//    2.5 candidates per neighbor instead of 6.6. With fewer than about 10 points per cell of R,
+//    cells of R (reach 1): a tile of 4^3 of them then stages 6^3 cells instead of 8^3 cells of
+//    R / 2 that hold a point or less each. Below about 1.6 points per cell of R no tile holds
+//    enough points to pay for staging, and each point looks up its 27 cells of R instead.
 //  - FENNS's coarse cells are sized to fill a block with one cell's points and stage a border of
-//    R around them; here a tile is 4 x 4 x 4 fine cells (2R a side; 2 or 1 when the data are
-//    dense) and the staged region is the tile grown by two fine cells, 8 x 8 x 8 cells: every
-//    point is staged by about eight blocks, so global memory is read about eight times.
+//    R around them; here a tile is 4 x 4 x 4 cells (2 or 1 when the data are dense) and the
+//    staged region is the tile grown by `reach` cells, 8 x 8 x 8 cells of R / 2 or 6 x 6 x 6 of
+//    R: every point is staged by about eight (or 3.4) blocks.
 //  - Inside the block the staged points keep the global order (row-major by fine cell), so a
 //    row of five cells is one contiguous range of shared memory: 25 loops per point, no per-cell
 //    lookups. Threads of a warp take neighboring points and so read the same rows (broadcasts).
@@ -54,9 +58,9 @@ namespace
 {
 
 constexpr int tileThreads = 256;
-constexpr int reach = 2;                                   // neighbors lie within two fine cells
-constexpr int maxTileSide = 4;                             // fine cells per tile and axis
-constexpr int maxStagedSide = maxTileSide + 2 * reach;     // 8
+constexpr int maxReach = 2;                                // neighbors lie within one or two cells
+constexpr int maxTileSide = 4;                             // cells per tile and axis
+constexpr int maxStagedSide = maxTileSide + 2 * maxReach;  // 8
 constexpr int maxStagedCells = maxStagedSide * maxStagedSide * maxStagedSide; // 512
 constexpr int maxOwnCells = maxTileSide * maxTileSide * maxTileSide;          // 64
 static_assert(maxStagedCells == 2 * tileThreads, "the block scan takes two staged cells per thread");
@@ -70,6 +74,7 @@ struct TileSearch
   const std::int32_t* leaders = nullptr; // per tile: its first occupied fine cell
   const int2* items = nullptr;           // per block: (tile, chunk of the tile's own points)
   int side = maxTileSide;                // fine cells per tile and axis: 1, 2 or 4
+  int reach = maxReach;                  // cells of R / reach: neighbors lie within `reach` cells
   int capacity = 0;                      // staged points that fit the block's shared memory
   float cullLimit = 0.0f;                // squared distance (fine-cell units) beyond which a row is skipped
   bool clusterPairs = false;             // staged tiles: cluster pairs, or one thread per point
@@ -140,7 +145,7 @@ __global__ void gatherTileLeaders(const std::int32_t* __restrict__ flags, const 
 /// Own points of a tile per block: all of a tile that can stage its region, in blocks of 1024; a
 /// tile whose region would not fit at its own points' density reads candidates from global
 /// memory and gets a block per 256 points. Any split is correct; this one only sets the speed.
-__device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, int capacity)
+__device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, int reach, int capacity)
 {
   const int S = side + 2 * reach;
   const double stagedEstimate = double(ownTotal) * (S * S * S) / (side * side * side);
@@ -183,7 +188,7 @@ __global__ void listTileChunks(TileSearch g, int tiles, int2* __restrict__ items
   g.fine.coordinates(g.leaders[tile], leader);
   tileOf(leader, g.side, anchor, place);
   const int own = ownPointsOfTile(g, anchor, lane);
-  const int per = chunkPointsFor(own, g.side, g.capacity);
+  const int per = chunkPointsFor(own, g.side, g.reach, g.capacity);
   const int chunks = max(1, (own + per - 1) / per);
   int first = 0;
   if (lane == 0)
@@ -260,6 +265,7 @@ __device__ __forceinline__ void ownCellPlace(int m, int& x, int& y, int& z)
 struct StagedRegion
 {
   int side = 1;
+  int reach = 1;
   int S = 1; // staged cells per axis
   int stagedCells = 1;
   int ownCells = 1;
@@ -365,10 +371,10 @@ __device__ void searchFromGlobal(
     // The rows of cells (5 along x) that reach within R of the point: skipped when beyond R,
     // trimmed to the cells the sphere spans; cullLimit carries a margin for the rounding of the
     // gaps (NaN coordinates, a huge cell: nothing skipped).
-    for (int dz = -reach; dz <= reach; ++dz)
+    for (int dz = -r.reach; dz <= r.reach; ++dz)
     {
       const float gz = gapTo(pi.z, z + dz, dz);
-      for (int dy = -reach; dy <= reach; ++dy)
+      for (int dy = -r.reach; dy <= r.reach; ++dy)
       {
         const float gy = gapTo(pi.y, y + dy, dy);
         const float rest = g.cullLimit - (gy * gy + gz * gz);
@@ -376,7 +382,7 @@ __device__ void searchFromGlobal(
         {
           continue;
         }
-        int first = x - reach, last = x + reach;
+        int first = x - r.reach, last = x + r.reach;
         if (rest == rest && pi.x == pi.x)
         {
           const float half = sqrtf(rest) + 1e-4f;
@@ -411,7 +417,7 @@ __device__ void searchFromGlobal(
 // them: about 2.5 candidates per neighbor at 80 neighbors.
 
 /// Shared memory for the row lists: 25 rows of (first, one-past-last) per thread.
-constexpr int rowListBytes = (2 * reach + 1) * (2 * reach + 1) * tileThreads * 4;
+constexpr int rowListBytes = (2 * maxReach + 1) * (2 * maxReach + 1) * tileThreads * 4;
 
 /// The rows of cells (5 along x) that reach within R of point p of staged cell (x, y, z),
 /// trimmed to the cells its sphere spans (as searchFromGlobal), written to the thread's column of
@@ -420,10 +426,10 @@ __device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRe
   int z, std::uint32_t* rows)
 {
   int rowCount = 0, candidates = 0;
-  for (int dz = -reach; dz <= reach; ++dz)
+  for (int dz = -r.reach; dz <= r.reach; ++dz)
   {
     const float gz = gapTo(p.z, z + dz, dz);
-    for (int dy = -reach; dy <= reach; ++dy)
+    for (int dy = -r.reach; dy <= r.reach; ++dy)
     {
       const float gy = gapTo(p.y, y + dy, dy);
       const float rest = g.cullLimit - (gy * gy + gz * gz);
@@ -431,7 +437,7 @@ __device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRe
       {
         continue;
       }
-      int first = x - reach, last = x + reach;
+      int first = x - r.reach, last = x + r.reach;
       if (rest == rest && p.x == p.x)
       {
         const float half = sqrtf(rest) + 1e-4f;
@@ -876,7 +882,8 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
 
   StagedRegion region;
   region.side = g.side;
-  region.S = g.side + 2 * reach;
+  region.reach = g.reach;
+  region.S = g.side + 2 * g.reach;
   region.stagedCells = region.S * region.S * region.S;
   region.ownCells = g.side * g.side * g.side;
   region.cellFirst = cellFirst;
@@ -885,7 +892,7 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   region.points = stagedPoints;
   region.index = stagesIndex ? stagedIndex : nullptr;
   region.sentinel = g.capacity;
-  const int S = region.S, stagedCells = region.stagedCells, ownCells = region.ownCells;
+  const int S = region.S, stagedCells = region.stagedCells, ownCells = region.ownCells, reach = g.reach;
 
   const int2 item = g.items[blockIdx.x];
   double leader[3], anchor[3];
@@ -985,7 +992,7 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   __syncthreads();
 
   const int ownTotal = ownStart[ownCells];
-  const int per = chunkPointsFor(ownTotal, g.side, g.capacity);
+  const int per = chunkPointsFor(ownTotal, g.side, g.reach, g.capacity);
   const int chunkBegin = item.y * per, chunkEnd = min(ownTotal, chunkBegin + per);
   if (!fits)
   {
@@ -1021,7 +1028,7 @@ public:
   std::int64_t plannedBytes(const CudaRun& run) const override
   {
     const Problem& p = *run.problem;
-    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSizeFor(p.radius, reach));
+    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSizeFor(p.radius, reachFor(p)));
     const std::int64_t cells = cellCapacity(run.count, layout);
     // Leader flags, their positions and the leaders: at most three words per occupied cell; work
     // items: one per tile and one per 256 points.
@@ -1033,25 +1040,39 @@ public:
   {
     const Problem& p = *run.problem;
     const int n = static_cast<int>(run.count);
-    cellSize_ = cellSizeFor(p.radius, reach);
+    reach_ = reachFor(p);
+    cellSize_ = cellSizeFor(p.radius, reach_);
     cells_.build(run, makeKeyLayout(p.lo, p.hi, cellSize_), cellSize_, true);
     particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(
       run.input, cells_.orderToInput(), n, cellSize_, 1.0 / cellSize_, cells_.particleRegion());
     NG_CUDA_CHECK_LAUNCH("particlesInOrder");
     const CellTable& fine = cells_.table();
     const int cells = fine.cells;
+    const double perCell = double(n) / std::max(1, cells);
+
+    // Sparse data: below about 1.6 points per cell of R (2 points per occupied cell in a Poisson
+    // cloud) a tile of 4^3 cells stages 216 cells for about a hundred points or far fewer, and
+    // staging costs more than it saves (4M points at 0.05 neighbors: 161 ms with cells of R / 2,
+    // 6.0 ms by point; at 5.75 neighbors 2.6 ms in tiles of cells of R, 1.9 by point), so each
+    // point looks up its 27 cells of R (the search of Counting Sort and Radix Sort).
+    tiles_ = items_ = 0;
+    byPoint_ = reach_ == 1 && perCell < sparsePointsPerCell;
+    pointTest_ = makePairTest(p.radius, cellSize_, 3.0, run.input);
+    if (byPoint_)
+    {
+      return;
+    }
 
     // Tiles as large as shared memory allows for the data's points per occupied cell.
-    const double perCell = double(n) / std::max(1, cells);
     // Survivor lists hold staged positions in 16 bits, the sentinel's (= capacity) included.
     const int maxCapacity = std::min(65535,
       (run.device->sharedMemoryPerBlock - staticSharedBytes - std::max(rowListBytes, clusterListBytes)) / stagedPointBytes - 1);
     side_ = maxTileSide;
-    while (side_ > 1 && perCell * std::pow(side_ + 2 * reach, 3) > 0.5 * maxCapacity)
+    while (side_ > 1 && perCell * std::pow(side_ + 2 * reach_, 3) > 0.5 * maxCapacity)
     {
       side_ /= 2;
     }
-    const double expected = perCell * std::pow(side_ + 2 * reach, 3);
+    const double expected = perCell * std::pow(side_ + 2 * reach_, 3);
     // The mean points per occupied cell overstates a uniform cloud's (empty cells are not
     // counted), so 5% and 96 points above it stage nearly every tile; a tile that does not fit
     // reads from global memory. The margin is small so that four count or density blocks fit an
@@ -1085,16 +1106,17 @@ public:
     search_.orderToInput = cells_.orderToInput();
     search_.leaders = leaders;
     search_.side = side_;
+    search_.reach = reach_;
     search_.capacity = capacity_;
     const double rho = p.radius / cellSize_;
     search_.cullLimit = static_cast<float>(rho * rho * (1.0 + 1e-4) + 1e-4);
-    search_.test = makePairTest(p.radius, cellSize_, double(side_ + 2 * reach), run.input);
+    search_.test = makePairTest(p.radius, cellSize_, double(side_ + 2 * reach_), run.input);
     listItems(run, n);
   }
   double cellSize() const override { return cellSize_; }
   Particle* particles() override { return cells_.particleRegion(); }
   const std::int32_t* orderToInput() const override { return cells_.orderToInput(); }
-  QuerySource querySource() override { return cellQuerySource(cells_.table(), particles(), orderToInput(), reach); }
+  QuerySource querySource() override { return cellQuerySource(cells_.table(), particles(), orderToInput(), reach_); }
   std::int64_t heldBytes() const override
   {
     return cells_.heldBytes() +
@@ -1131,6 +1153,38 @@ private:
 
   // cellFirst, cellStart, ownStart and the block scan's storage, rounded up.
   static constexpr int staticSharedBytes = 8192;
+  // Points per cell of R over the bounds from which cells of R / 2 pay (reachFor), and points
+  // per occupied cell of R below which each point looks up its cells (sort).
+  static constexpr double densePointsPerCellOfR = 10.0;
+  static constexpr double sparsePointsPerCell = 2.0;
+
+  /// Cells of R / 2 where the data are dense, of R where they are not. With few points per cell
+  /// of R / 2 the rows of a point's 5 x 5 cells hold about one point each, and a tile of 4^3
+  /// cells stages 512 cells for a few dozen points (8M points at 20 neighbors: Staged Tiles
+  /// 6.9 ms, the 27-cell search 4.6); cells of R stage 216 cells for 64 cells' points. The rule
+  /// looks at the points per cell of R over the bounds (Auto's estimate; clustered data look
+  /// sparser than they are, which costs speed, never a result). NEIGHBORGRID_TILES_REACH=1|2 (a
+  /// benchmarking knob) takes one for every run.
+  static int reachFor(const Problem& p)
+  {
+    if (const char* knob = std::getenv("NEIGHBORGRID_TILES_REACH"))
+    {
+      const std::string reach = knob;
+      if (reach != "1" && reach != "2")
+      {
+        throw Error("NeighborGrid: NEIGHBORGRID_TILES_REACH is '" + reach + "'; it takes '1' or '2'");
+      }
+      return reach == "1" ? 1 : 2;
+    }
+    const double size = cellSizeFor(p.radius, 1);
+    double volume = 1.0;
+    for (int a = 0; a < 3; ++a)
+    {
+      volume *= std::max(p.hi[a] - p.lo[a], size);
+    }
+    const double perCellOfR = double(p.count) * size * size * size / volume;
+    return perCellOfR >= densePointsPerCellOfR ? 2 : 1;
+  }
 
   /// Cluster pairs for operations of three or more terms (smoothing of two or more components),
   /// one thread per point for the rest: the faster of the two on the 4M row on the H100
@@ -1155,6 +1209,11 @@ private:
   template <class Op>
   void launch(CudaRun& run, const Op& op)
   {
+    if (byPoint_)
+    {
+      launchGridSearch(run, cells_.table(), cells_.particleRegion(), cells_.orderToInput(), pointTest_, op);
+      return;
+    }
     if (items_ == 0)
     {
       return;
@@ -1177,7 +1236,10 @@ private:
   DeviceBuffer<int> itemCount_;
   PinnedBuffer<int> tilesHost_;
   TileSearch search_;
+  PairTest pointTest_; // the search by point (sparse data): frames of 3 cells
   double cellSize_ = 1.0;
+  int reach_ = maxReach;
+  bool byPoint_ = false;
   int side_ = maxTileSide;
   int capacity_ = 0;
   int tiles_ = 0;
