@@ -75,7 +75,8 @@ void parallelFor(int threads, std::int64_t count, std::int64_t grain, const Prog
 }
 
 /// Runs body(slice, begin, end) on `slices` equal slices of [0, count), one thread each, so that
-/// per-slice partial results can be combined in a fixed order afterwards.
+/// per-slice partial results can be combined in a fixed order afterwards. Trailing slices may be
+/// empty (begin == end == count, as 10 items on 7 threads in slices of 2), never past the end.
 template <class Body>
 void parallelSlices(int slices, std::int64_t count, const Body& body)
 {
@@ -86,7 +87,7 @@ void parallelSlices(int slices, std::int64_t count, const Body& body)
   auto run = [&](int slice) {
     try
     {
-      body(slice, slice * size, std::min(count, (slice + 1) * size));
+      body(slice, std::min(count, slice * size), std::min(count, (slice + 1) * size));
     }
     catch (...)
     {

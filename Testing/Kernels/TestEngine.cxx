@@ -2188,6 +2188,40 @@ TEST_P(EngineSlabs, EveryOperationMatchesOneRun)
 
 INSTANTIATE_TEST_SUITE_P(Clouds, EngineSlabs, testing::Values("uniform", "clustered"));
 
+// The slab gather cuts the points into min(4 x threads, n / 65536) slices and hands them to the
+// threads in equal runs: 10 slices on 7 threads leave the last thread none. It once read past
+// the end of its offsets there (a crash on the GPU machine's 16 threads; CI has 2).
+TEST(EngineSlabsThreads, MoreThreadsThanSlicesMatchOneRun)
+{
+  if (backendUnderTest == Backend::CUDA)
+  {
+    // The gather is the slab layer's host work, the same for every backend; the CUDA methods'
+    // scratch would need a cloud of millions of points for a limit to cut it (EngineSlabs).
+    GTEST_SKIP() << "host work of the slab layer: the CPU backend's run checks it";
+  }
+  const std::int64_t n = 10 * 65536 + 17;
+  const Cloud cloud = ngtest::makeCloud("uniform", n, 40.0, 91);
+  for (const bool asDouble : { false, true })
+  {
+    SCOPED_TRACE(asDouble ? "double coordinates" : "float coordinates");
+    Request r = baseRequest(cloud, 0.9, Method::Auto);
+    if (asDouble)
+    {
+      r.points = Points(cloud.xyz.data(), n);
+    }
+    r.operation = Operation::NeighborCount;
+    std::vector<std::int32_t> want(n, -1), got(n, -1);
+    Engine whole, sliced;
+    sliced.setCpuThreads(7);
+    sliced.setMemoryLimit(25 * n);
+    r.neighborCount = want.data();
+    EXPECT_EQ(whole.run(r).slabs, 1);
+    r.neighborCount = got.data();
+    EXPECT_GE(sliced.run(r).slabs, 2) << "the memory limit did not cut the request";
+    EXPECT_EQ(got, want);
+  }
+}
+
 TEST(EngineSlabsPeriodic, APeriodicBoxInSlabsMatchesOneRun)
 {
   const bool cuda = backendUnderTest == Backend::CUDA;
