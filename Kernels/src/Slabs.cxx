@@ -20,10 +20,10 @@
 // Overlap: a helper thread gathers the next slab's points and arrays and scatters the last
 // slab's results while the backend works on the current slab (for CUDA: its upload, sort,
 // search and download).
-// Host passes: each pass over the particles reads all of them (26 GB at 2.2e9 points), so the
-// first slabs are counted together in one pass, and each slab's gather is one branch-free write
-// pass into pages faulted in beforehand by the threads that fill them; its result arrays are
-// faulted in by the gather too, off the run's download.
+// Host passes: each pass over the particles reads all of them (26 GB at 2.2e9 points). The first
+// slabs are counted up front, and each slab's gather is one branch-free write pass into pages
+// faulted in beforehand by the threads that fill them; its result arrays are faulted in by the
+// gather too, off the run's download.
 #include "Slabs.h"
 
 #include "Backend.h"
@@ -64,10 +64,6 @@ struct Box
 {
   double lo[3] = { -HUGE_VAL, -HUGE_VAL, -HUGE_VAL };
   double hi[3] = { HUGE_VAL, HUGE_VAL, HUGE_VAL };
-  bool contains(const double x[3]) const
-  {
-    return lo[0] <= x[0] && x[0] < hi[0] && lo[1] <= x[1] && x[1] < hi[1] && lo[2] <= x[2] && x[2] < hi[2];
-  }
   /// This box grown by R (and the rounding margin) on every side; infinite faces stay infinite.
   Box dilated(double radius) const
   {
@@ -78,10 +74,6 @@ struct Box
       d.hi[a] = std::isinf(hi[a]) ? hi[a] : hi[a] + haloMargin(hi[a], radius);
     }
     return d;
-  }
-  bool containsClosed(const double x[3]) const
-  {
-    return lo[0] <= x[0] && x[0] <= hi[0] && lo[1] <= x[1] && x[1] <= hi[1] && lo[2] <= x[2] && x[2] <= hi[2];
   }
   /// Bit a set for each axis a with a finite face.
   int boundedAxes() const
@@ -246,7 +238,7 @@ struct Prepared
 
 /// Which of a piece's points a partition takes, without a branch per point: kind 1 or 2 (0: none)
 /// = closedWeight * [p in `closed`] + openWeight * [p in `open`], `closed` with its faces,
-/// `open` without its upper ones (Box::containsClosed, Box::contains). Slabs as first cut are
+/// `open` without its upper ones (a slab owns [lo, hi)). Slabs as first cut are
 /// bounded along one axis only, and then only that coordinate is compared: 4 comparisons a point
 /// instead of 12 (count pass 2.3 -> 0.9 ns a point on one core of the build machine).
 struct PieceTest
@@ -297,8 +289,11 @@ struct Slicing
   }
 };
 
-/// Per slice, the points of kind 1 and of kind 2 under each test, in one pass over the points:
-/// counts[t][2 * slice] and counts[t][2 * slice + 1].
+/// Per slice, the points of kind 1 and of kind 2 under each test: counts[t][2 * slice] and
+/// counts[t][2 * slice + 1]. Each test reads the slice again: the cost is one read of the points
+/// per test (blocks of 16K points that every test took in turn, read once, were 12% slower on the
+/// build machine, where the loop is bound by its compares, and were not measured on the GPU
+/// machine's host).
 template <class T>
 std::vector<std::vector<std::int64_t>> countKinds(
   const T* from, std::int64_t n, int threads, const std::vector<PieceTest>& tests)
@@ -700,8 +695,11 @@ private:
   /// margin for rounding. Own points lie in the halo's box too: 2 - 1 makes them kind 1.
   PieceTest particleTest(const Piece& piece) const { return PieceTest(piece.box.dilated(reach_), 2, piece.box, -1); }
 
-  /// The first slabs of the particles, counted in one pass over them instead of one each: each
-  /// pass reads every point (26 GB at 2.2e9 points: 0.9-1.3 s on the H100 machine).
+  /// The first slabs of the particles, counted up front in one parallel step, before the first
+  /// gather (each slab's count reads every point: 26 GB at 2.2e9 points, 0.9 s a slab on the H100
+  /// machine). This takes the second slab's count off its gather, which runs beside the first
+  /// slab's run, and puts it before the first gather; measured only together with the rest of
+  /// the gather's changes (RESULTS.md, "Slabs: the host gather").
   void countTogether(std::deque<Piece>& pieces) const
   {
     if (mode_ != Mode::Particles || pieces.size() < 2)
