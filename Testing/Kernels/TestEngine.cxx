@@ -2222,6 +2222,62 @@ TEST(EngineSlabsThreads, MoreThreadsThanSlicesMatchOneRun)
   }
 }
 
+// The CUDA backend's transfer ring (Kernels/src/cuda/TransferRing.h): worker threads copy pieces
+// of 1 MiB slices through 48 pinned slots. A shuffled lattice of 241^3 points: 168 MB of
+// coordinates and 56 MB of counts, each more than the ring holds and neither a whole number of
+// pieces. Each point's count (6 inside, fewer on the faces) depends on where its coordinates
+// landed, so a piece copied to the wrong place, twice, or not at all changes counts.
+TEST(EngineTransfers, ArraysLargerThanTheRingArriveWhole)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "the transfer ring is the CUDA backend's";
+  }
+  const int side = 241;
+  const std::int64_t n = std::int64_t(side) * side * side;
+  std::vector<std::int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(29));
+  std::vector<float> xyz(3 * n);
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    const std::int64_t cell = order[i];
+    xyz[3 * i] = float(cell % side);
+    xyz[3 * i + 1] = float((cell / side) % side);
+    xyz[3 * i + 2] = float(cell / (std::int64_t(side) * side));
+  }
+  ASSERT_NE(xyz.size() * sizeof(float) % 65536, 0u);
+  ASSERT_NE(n * sizeof(std::int32_t) % 65536, 0u);
+  ASSERT_GT(n * sizeof(std::int32_t), std::size_t(48) << 20);
+  Request r;
+  r.points = Points(xyz.data(), n);
+  r.radius = 1.05;
+  r.backend = backendUnderTest;
+  r.operation = Operation::NeighborCount;
+  std::vector<std::int32_t> counts(n, -7);
+  r.neighborCount = counts.data();
+  Engine engine;
+  for (int run = 0; run < 2; ++run) // the second run reuses the ring and its workers
+  {
+    SCOPED_TRACE("run " + std::to_string(run));
+    std::fill(counts.begin(), counts.end(), -7);
+    engine.run(r);
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+    {
+      const std::int64_t cell = order[i];
+      const int x = int(cell % side), y = int((cell / side) % side), z = int(cell / (std::int64_t(side) * side));
+      const int expected = (x > 0) + (x < side - 1) + (y > 0) + (y < side - 1) + (z > 0) + (z < side - 1);
+      if (counts[i] != expected && bad++ < 5)
+      {
+        ADD_FAILURE() << "point " << i << " at (" << x << ", " << y << ", " << z << "): count " << counts[i]
+                      << ", expected " << expected;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
 TEST(EngineSlabsPeriodic, APeriodicBoxInSlabsMatchesOneRun)
 {
   const bool cuda = backendUnderTest == Backend::CUDA;

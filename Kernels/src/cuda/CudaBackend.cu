@@ -363,6 +363,7 @@ public:
     report_ = &report;
     stageMarks_.clear();
     eventsUsed_ = 0;
+    resultPagesFaultedIn_ = false;
     const ProgressReporter& progress = *problem.progress;
     if (problem.operation == Operation::SmoothingLength)
     {
@@ -584,6 +585,7 @@ public:
     method_->search(run_, op);
     NG_CUDA_CHECK_LAUNCH(stageName);
     stage(stageName, begin, mark());
+    faultInResultPages();
     // Progress and abort between passes: the GPU cannot be interrupted inside a kernel.
     NG_CUDA_CHECK(cudaStreamSynchronize(stream_), stageName);
     (*problem_->progress)(0.9, stageName);
@@ -620,6 +622,7 @@ public:
     launchQueries(run_, queries, method_->querySource(), op);
     NG_CUDA_CHECK_LAUNCH(stageName);
     stage(stageName, begin, mark());
+    faultInResultPages();
     NG_CUDA_CHECK(cudaStreamSynchronize(stream_), stageName);
     (*problem_->progress)(0.9, stageName);
   }
@@ -691,17 +694,18 @@ public:
     report_->pairsDecidedInDouble = static_cast<std::int64_t>(decided);
   }
 
-  void finishOutputs()
+  /// Where the run's results go: the caller's arrays and the device arrays that fill them.
+  struct ResultDownload
+  {
+    const void* device;
+    void* host;
+    std::size_t bytes;
+  };
+  std::vector<ResultDownload> resultDownloads() const
   {
     const Problem& p = *problem_;
     const std::size_t n = static_cast<std::size_t>(p.returnedCount()); // not the images' results
-    struct Download
-    {
-      const void* device;
-      void* host;
-      std::size_t bytes;
-    };
-    std::vector<Download> downloads;
+    std::vector<ResultDownload> downloads;
     if (p.operation == Operation::NeighborCount)
     {
       downloads.push_back({ count_.get(), p.neighborCount, n * sizeof(std::int32_t) });
@@ -722,6 +726,29 @@ public:
     {
       downloads.push_back({ valid_.get(), p.valid, n });
     }
+    return downloads;
+  }
+
+  /// While the GPU searches, the caller's result pages are made resident (TransferRing::faultIn),
+  /// once a run: fresh arrays would otherwise fault page by page in the download.
+  void faultInResultPages()
+  {
+    if (resultPagesFaultedIn_)
+    {
+      return;
+    }
+    resultPagesFaultedIn_ = true;
+    for (const auto& d : resultDownloads())
+    {
+      transfers_.faultIn(d.host, d.bytes);
+    }
+  }
+
+  void finishOutputs()
+  {
+    const Problem& p = *problem_;
+    const std::size_t n = static_cast<std::size_t>(p.returnedCount()); // not the images' results
+    const std::vector<ResultDownload> downloads = resultDownloads();
     unsigned long long decided = 0;
     NG_CUDA_CHECK(cudaMemcpyAsync(&decided, run_.decided, sizeof decided, cudaMemcpyDeviceToHost, stream_),
       "reading the decision counter");
@@ -1089,6 +1116,7 @@ private:
   std::vector<std::size_t> valueOffsets_;
   std::vector<std::size_t> resultOffsets_;
   TransferRing transfers_;
+  bool resultPagesFaultedIn_ = false;
   PinnedBuffer<char> boundsHost_;
 
   DevicePool inputPool_; // the coordinates: kept when other buffers are released for a run

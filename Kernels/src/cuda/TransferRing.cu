@@ -1,11 +1,15 @@
 // TransferRing (TransferRing.h): pinned slices, worker threads, and the order of a transfer.
 //
-// Upload of chunk k (slot k % slots): a worker waits until the slot's previous chunk (k - slots)
-// has been put on the stream and its DMA is done, copies chunk k into the slot, and marks it
-// copied; the issuing thread, in chunk order, waits for that mark and puts the slot's DMA on the
-// stream. Download mirrors it: the issuing thread puts chunk k's DMA on the stream once the slot's
-// previous chunk has been copied out; a worker waits for that DMA and copies the slot out.
-// Workers take chunks in increasing order, so every wait is on an earlier chunk: no deadlock.
+// Upload of chunk k (slot k % slots): a worker taking one of its pieces waits until the DMA of
+// the slot's previous chunk (k - slots) is done, copies the piece into the slot and counts it;
+// the issuing thread, in chunk order, waits until all of chunk k's pieces are counted and puts
+// the slot's DMA on the stream. Download mirrors it: the issuing thread puts chunk k's DMA on the
+// stream once every piece of the slot's previous chunk has been copied out; a worker waits for
+// chunk k's DMA and copies its piece out. One wait on the driver a chunk (waitForDmas): a driver
+// call per piece from every worker serialized on the driver and halved the rate of 768 MB
+// uploads. A slot's event is recorded again only once every piece of its chunk is done, so the
+// event a worker waits on is the one of the chunk it needs. Workers take pieces in increasing
+// order, so every wait is on an earlier chunk: no deadlock.
 #include "TransferRing.h"
 
 #include <algorithm>
@@ -56,6 +60,17 @@ void TransferRing::download(void* host, const void* device, std::size_t bytes, c
   t.bytes = bytes;
   t.stream = stream;
   t.what = what;
+  run(t);
+}
+
+void TransferRing::faultIn(void* host, std::size_t bytes)
+{
+  Transfer t;
+  t.toDevice = false;
+  t.faultInOnly = true;
+  t.host = static_cast<char*>(host);
+  t.bytes = bytes;
+  t.what = "faulting in result pages";
   run(t);
 }
 
@@ -141,41 +156,64 @@ bool TransferRing::waitFor(const std::function<bool()>& ready) const
   return true;
 }
 
+bool TransferRing::waitForDmas(const Transfer& t, std::int64_t count, bool firstPiece)
+{
+  if (!firstPiece)
+  {
+    return waitFor([&] { return dmaDone_.load(std::memory_order_acquire) >= count; });
+  }
+  if (!waitFor([&] { return issued_.load(std::memory_order_acquire) >= count; }))
+  {
+    return false;
+  }
+  NG_CUDA_CHECK(cudaEventSynchronize(events_[(count - 1) % slots]), t.what);
+  // The stream runs its copies in order: chunks 0..count-1 are done, whatever was published.
+  std::int64_t known = dmaDone_.load(std::memory_order_relaxed);
+  while (known < count && !dmaDone_.compare_exchange_weak(known, count, std::memory_order_release))
+  {
+  }
+  return true;
+}
+
 void TransferRing::copySlices(const Transfer& t)
 {
   for (;;)
   {
-    const std::int64_t k = nextChunk_.fetch_add(1);
-    if (k >= t.chunks || abort_.load(std::memory_order_relaxed))
+    const std::int64_t piece = nextPiece_.fetch_add(1);
+    if (piece >= t.pieces || abort_.load(std::memory_order_relaxed))
     {
       return;
     }
-    const int s = static_cast<int>(k % slots);
-    char* pinned = slot(k);
-    char* host = t.host + std::size_t(k) * sliceBytes;
+    const std::int64_t k = piece / t.piecesPerSlice;
+    const std::size_t within = std::size_t(piece % t.piecesPerSlice) * t.pieceBytes;
+    const std::size_t length = std::min(t.pieceBytes, lengthOf(t, k) - within);
+    char* host = t.host + std::size_t(k) * sliceBytes + within;
+    if (t.faultInOnly)
+    {
+      // A write of the byte read makes the page resident and writable and changes nothing.
+      for (std::size_t b = 0; b < length; b += 4096)
+      {
+        volatile char* c = host + b;
+        *c = *c;
+      }
+      continue;
+    }
+    char* pinned = slot(k) + within;
+    // Upload: the slot is free once its previous chunk's DMA is done. Download: chunk k's DMA.
+    const std::int64_t dmasNeeded = t.toDevice ? k - slots + 1 : k + 1;
+    if (dmasNeeded > 0 && !waitForDmas(t, dmasNeeded, within == 0))
+    {
+      return;
+    }
     if (t.toDevice)
     {
-      // The slot is free once the DMA of its previous chunk is done.
-      if (k >= slots)
-      {
-        if (!waitFor([&] { return issued_[s].load(std::memory_order_acquire) >= k - slots; }))
-        {
-          return;
-        }
-        NG_CUDA_CHECK(cudaEventSynchronize(events_[s]), t.what);
-      }
-      std::memcpy(pinned, host, lengthOf(t, k));
+      std::memcpy(pinned, host, length);
     }
     else
     {
-      if (!waitFor([&] { return issued_[s].load(std::memory_order_acquire) >= k; }))
-      {
-        return;
-      }
-      NG_CUDA_CHECK(cudaEventSynchronize(events_[s]), t.what);
-      std::memcpy(host, pinned, lengthOf(t, k));
+      std::memcpy(host, pinned, length);
     }
-    copied_[s].store(k, std::memory_order_release);
+    copiedPieces_[k % slots].fetch_add(1, std::memory_order_acq_rel);
   }
 }
 
@@ -192,7 +230,7 @@ void TransferRing::issue(const Transfer& t, std::int64_t k)
     NG_CUDA_CHECK(cudaMemcpyAsync(slot(k), t.device + offset, lengthOf(t, k), cudaMemcpyDeviceToHost, t.stream), t.what);
   }
   NG_CUDA_CHECK(cudaEventRecord(events_[s], t.stream), t.what);
-  issued_[s].store(k, std::memory_order_release);
+  issued_.store(k + 1, std::memory_order_release);
 }
 
 void TransferRing::run(const Transfer& given)
@@ -204,18 +242,29 @@ void TransferRing::run(const Transfer& given)
   prepare();
   Transfer t = given;
   t.chunks = static_cast<std::int64_t>((t.bytes + sliceBytes - 1) / sliceBytes);
-  nextChunk_ = 0;
+  if (t.bytes <= slots * sliceBytes)
+  {
+    t.pieceBytes = smallPieceBytes;
+    t.piecesPerSlice = std::int64_t(sliceBytes / smallPieceBytes);
+  }
+  t.pieces = static_cast<std::int64_t>((t.bytes + t.pieceBytes - 1) / t.pieceBytes);
+  nextPiece_ = 0;
+  issued_ = 0;
+  dmaDone_ = 0;
   abort_ = false;
   failure_ = nullptr;
-  for (int s = 0; s < slots; ++s)
+  for (auto& copied : copiedPieces_)
   {
-    issued_[s] = -1;
-    copied_[s] = -1;
+    copied = 0;
   }
   // Wait for the ring's last use (an upload returns before its last DMA is done).
   for (cudaEvent_t e : events_)
   {
     NG_CUDA_CHECK(cudaEventSynchronize(e), t.what);
+  }
+  if (t.faultInOnly)
+  {
+    t.chunks = 0; // nothing to issue: the workers touch the pages and the loop below is empty
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -233,7 +282,8 @@ void TransferRing::run(const Transfer& given)
       const int s = static_cast<int>(k % slots);
       // Upload: chunk k is in its slot. Download: the slot's previous chunk has been copied out.
       const std::int64_t needed = t.toDevice ? k : k - slots;
-      if (needed >= 0 && !waitFor([&] { return copied_[s].load(std::memory_order_acquire) >= needed; }))
+      if (needed >= 0 &&
+        !waitFor([&] { return copiedPieces_[s].load(std::memory_order_acquire) >= piecesThrough(t, needed); }))
       {
         break;
       }
@@ -245,7 +295,7 @@ void TransferRing::run(const Transfer& given)
       for (std::int64_t k = std::max<std::int64_t>(0, t.chunks - slots); k < t.chunks; ++k)
       {
         const int s = static_cast<int>(k % slots);
-        if (!waitFor([&] { return copied_[s].load(std::memory_order_acquire) >= k; }))
+        if (!waitFor([&] { return copiedPieces_[s].load(std::memory_order_acquire) >= piecesThrough(t, k); }))
         {
           break;
         }
