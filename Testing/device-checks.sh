@@ -14,7 +14,8 @@
 #   bench T   NeighborGridBenchmark --table=T (CSV and stage timings), for each table named after it
 #   headline  every headline figure (NeighborGridBenchmark --table=headline and
 #             NeighborGridFilterBenchmark --headline) beside Testing/Benchmarks/headline-H100.csv,
-#             with the ratio; figures more than 10% slower are marked (compare_headline.py)
+#             with the ratio; figures more than 10% slower are marked (compare_headline.py);
+#             then the pinned-copy floors (--roofline) and each series' achieved transfer rates
 #   profile K Nsight Compute on the 4M density row, one launch of each kernel whose name matches
 #             the regular expression K (e.g. 'gridSearch<.*Density'), methods from NG_METHODS
 # Logs and CSVs go to $OUT (or out/device when OUT is unset); the last lines printed summarize.
@@ -63,11 +64,13 @@ for arg in "$@"; do
       summary+=("racecheck: exit $? ($(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$out/racecheck.log" | tail -1); $(grep -E '^\[  PASSED|^\[  FAILED' "$out/racecheck.log" | tr '\n' ' '))")
       ;;
     headline:headline)
-      "$build/bin/NeighborGridBenchmark" --table=headline --csv="$out/headline.csv" > /dev/null 2> "$out/headline-stages.txt"
+      "$build/bin/NeighborGridBenchmark" --table=headline --roofline --csv="$out/headline.csv" > /dev/null 2> "$out/headline-stages.txt"
       summary+=("headline engine: exit $?")
       "$build/bin/NeighborGridFilterBenchmark" --headline --runs=21 2>> "$out/headline-stages.txt" | tail -n +2 >> "$out/headline.csv"
       summary+=("headline filter: exit ${PIPESTATUS[0]}")
       python3 Testing/Benchmarks/compare_headline.py "$out/headline.csv" Testing/Benchmarks/headline-H100.csv | tee "$out/headline.md"
+      # The transfer floors (pinned copies) and each series' achieved transfer rates.
+      grep -E '^roofline|transfers \(medians\)' "$out/headline-stages.txt" | tee -a "$out/headline.md"
       ;;
     bench:bench|profile:profile) ;;
     profile:*)

@@ -757,7 +757,34 @@ struct HeadlineSeries
   std::string device, endToEnd; // figure names
   Request request;
   std::vector<double> resident, wall;
+  std::vector<double> coordinatesMs, downloadMs; // the two transfer stages, run by run
 };
+
+double stageMs(const Report& report, const char* name)
+{
+  double ms = 0;
+  for (const auto& stage : report.stages)
+  {
+    ms += stage.stage == name ? stage.milliseconds : 0.0;
+  }
+  return ms;
+}
+
+/// The achieved rates of a series' transfers (issue 21: "report the achieved upload and download
+/// bandwidth"): the caller's coordinates to the device, whose stage also finds their bounds
+/// there, and the results back (density, and the valid flags of a volume).
+void printTransferRates(const HeadlineSeries& s)
+{
+  const Request& r = s.request;
+  const Points& points = r.points.count > 0 ? r.points : r.source;
+  const double up = 3.0 * double(points.count) * (points.type == ScalarType::Float32 ? 4.0 : 8.0);
+  const QueryGrid& g = r.queryGrid;
+  const double results = g.dimensions[0] > 0 ? double(g.dimensions[0]) * g.dimensions[1] * g.dimensions[2] : double(points.count);
+  const double down = results * (4.0 + (r.valid ? 1.0 : 0.0));
+  const double upMs = median(s.coordinatesMs), downMs = median(s.downloadMs);
+  std::fprintf(stderr, "  %s transfers (medians): coordinates %.1f MB in %.3f ms, %.1f GB/s (the stage includes the bounds); results %.1f MB in %.3f ms, %.1f GB/s\n",
+    s.endToEnd.c_str(), up / 1e6, upMs, up / (upMs * 1e6), down / 1e6, downMs, down / (downMs * 1e6));
+}
 
 bool runInTurns(Engine& engine, std::vector<HeadlineSeries>& series, int runs, std::vector<HeadlineFigure>& figures)
 {
@@ -780,6 +807,8 @@ bool runInTurns(Engine& engine, std::vector<HeadlineSeries>& series, int runs, s
       {
         return false;
       }
+      s.coordinatesMs.push_back(stageMs(report, "coordinates"));
+      s.downloadMs.push_back(stageMs(report, "download"));
       if (k + 1 == runs)
       {
         std::fprintf(stderr, "  %s stages:", s.endToEnd.c_str());
@@ -795,6 +824,7 @@ bool runInTurns(Engine& engine, std::vector<HeadlineSeries>& series, int runs, s
   {
     figures.push_back({ s.device, s.resident });
     figures.push_back({ s.endToEnd, s.wall });
+    printTransferRates(s);
   }
   return true;
 }
@@ -1348,7 +1378,8 @@ int main(int argc, char** argv)
   {
     const RooflineMeasurement m = measureRoofline();
     std::fprintf(stderr, "roofline: %s\n", m.summary.c_str());
-    std::printf("# roofline,device_copy_GBps=%.1f,fp32_GFLOPs=%.1f\n", m.copyGigabytesPerSecond, m.fp32Gigaflops);
+    std::printf("# roofline,device_copy_GBps=%.1f,fp32_GFLOPs=%.1f,pinned_upload_GBps=%.1f,pinned_download_GBps=%.1f\n",
+      m.copyGigabytesPerSecond, m.fp32Gigaflops, m.pinnedUploadGigabytesPerSecond, m.pinnedDownloadGigabytesPerSecond);
   }
 
   std::ofstream csv;

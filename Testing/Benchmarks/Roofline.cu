@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 namespace
@@ -91,11 +92,42 @@ RooflineMeasurement measureRoofline()
   const double flops = 2.0 * 8 * double(iterations) * blocks * threads;
   m.fp32Gigaflops = flops / (medianOf(times) * 1e-3) / 1e9;
   cudaFree(out);
+
+  // Pinned host memory: what the engine's transfers could reach if the caller's arrays were
+  // pinned (they are pageable; TransferRing.h stages them).
+  const std::size_t up = std::size_t(48) << 20, down = std::size_t(16) << 20;
+  void *pinned = nullptr, *onDevice = nullptr;
+  if (cudaMallocHost(&pinned, up) == cudaSuccess && cudaMalloc(&onDevice, up) == cudaSuccess)
+  {
+    std::memset(pinned, 1, up);
+    for (const bool toDevice : { true, false })
+    {
+      times.clear();
+      for (int k = 0; k < 11; ++k)
+      {
+        cudaEventRecord(start);
+        cudaMemcpyAsync(toDevice ? onDevice : pinned, toDevice ? pinned : onDevice, toDevice ? up : down,
+          toDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+        cudaEventRecord(stop);
+        cudaEventSynchronize(stop);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, start, stop);
+        times.push_back(ms);
+      }
+      (toDevice ? m.pinnedUploadGigabytesPerSecond : m.pinnedDownloadGigabytesPerSecond) =
+        double(toDevice ? up : down) / (medianOf(times) * 1e-3) / 1e9;
+    }
+  }
+  cudaFreeHost(pinned);
+  cudaFree(onDevice);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  char text[200];
-  std::snprintf(text, sizeof text, "device-to-device copy %.0f GB/s (read + write), FP32 FMA %.1f TFLOP/s",
-    m.copyGigabytesPerSecond, m.fp32Gigaflops / 1000.0);
+  char text[300];
+  std::snprintf(text, sizeof text,
+    "device-to-device copy %.0f GB/s (read + write), FP32 FMA %.1f TFLOP/s, pinned host to device %.1f GB/s "
+    "(48 MiB), device to pinned host %.1f GB/s (16 MiB)",
+    m.copyGigabytesPerSecond, m.fp32Gigaflops / 1000.0, m.pinnedUploadGigabytesPerSecond,
+    m.pinnedDownloadGigabytesPerSecond);
   m.summary = text;
   return m;
 }
