@@ -2222,33 +2222,43 @@ TEST(EngineSlabsThreads, MoreThreadsThanSlicesMatchOneRun)
   }
 }
 
-// The CUDA backend's transfer ring (Kernels/src/cuda/TransferRing.h): worker threads copy pieces
-// of 1 MiB slices through 48 pinned slots. A shuffled lattice of 241^3 points: 168 MB of
-// coordinates and 56 MB of counts, each more than the ring holds and neither a whole number of
-// pieces. Each point's count (6 inside, fewer on the faces) depends on where its coordinates
-// landed, so a piece copied to the wrong place, twice, or not at all changes counts.
-TEST(EngineTransfers, ArraysLargerThanTheRingArriveWhole)
+// The CUDA backend's transfer ring (Kernels/src/cuda/TransferRing.h): worker threads copy through
+// 48 pinned slots of 1 MiB, in pieces of 64 KiB where a transfer fits the ring and in whole
+// slices where it does not. Shuffled lattices whose counts (6 inside, fewer on the faces) depend
+// on where each point's coordinates landed, so a piece copied to the wrong place, twice, or not
+// at all changes counts:
+//  - 241^3 points: 168 MB of coordinates and 56 MB of counts, both past the ring (whole slices,
+//    slots reused), neither a whole number of slices;
+//  - 256 x 128 x 128 points: coordinates of exactly the ring's 48 MiB (pieces, no slot reused);
+//  - 5 x 838,861 points: one point past the ring (whole slices, the last one 12 bytes), and 4
+//    bytes of counts past 16 MiB (pieces, the last one 4 bytes).
+namespace
 {
-  if (backendUnderTest != Backend::CUDA)
-  {
-    GTEST_SKIP() << "the transfer ring is the CUDA backend's";
-  }
-  const int side = 241;
-  const std::int64_t n = std::int64_t(side) * side * side;
+struct RingLattice
+{
+  int a, b, c;
+};
+
+void expectLatticeCountsThroughTheRing(const RingLattice& dims)
+{
+  const std::int64_t n = std::int64_t(dims.a) * dims.b * dims.c;
   std::vector<std::int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), std::mt19937_64(29));
+  auto position = [&](std::int64_t cell, int& x, int& y, int& z) {
+    x = int(cell % dims.a);
+    y = int((cell / dims.a) % dims.b);
+    z = int(cell / (std::int64_t(dims.a) * dims.b));
+  };
   std::vector<float> xyz(3 * n);
   for (std::int64_t i = 0; i < n; ++i)
   {
-    const std::int64_t cell = order[i];
-    xyz[3 * i] = float(cell % side);
-    xyz[3 * i + 1] = float((cell / side) % side);
-    xyz[3 * i + 2] = float(cell / (std::int64_t(side) * side));
+    int x, y, z;
+    position(order[i], x, y, z);
+    xyz[3 * i] = float(x);
+    xyz[3 * i + 1] = float(y);
+    xyz[3 * i + 2] = float(z);
   }
-  ASSERT_NE(xyz.size() * sizeof(float) % 65536, 0u);
-  ASSERT_NE(n * sizeof(std::int32_t) % 65536, 0u);
-  ASSERT_GT(n * sizeof(std::int32_t), std::size_t(48) << 20);
   Request r;
   r.points = Points(xyz.data(), n);
   r.radius = 1.05;
@@ -2265,9 +2275,9 @@ TEST(EngineTransfers, ArraysLargerThanTheRingArriveWhole)
     std::int64_t bad = 0;
     for (std::int64_t i = 0; i < n; ++i)
     {
-      const std::int64_t cell = order[i];
-      const int x = int(cell % side), y = int((cell / side) % side), z = int(cell / (std::int64_t(side) * side));
-      const int expected = (x > 0) + (x < side - 1) + (y > 0) + (y < side - 1) + (z > 0) + (z < side - 1);
+      int x, y, z;
+      position(order[i], x, y, z);
+      const int expected = (x > 0) + (x < dims.a - 1) + (y > 0) + (y < dims.b - 1) + (z > 0) + (z < dims.c - 1);
       if (counts[i] != expected && bad++ < 5)
       {
         ADD_FAILURE() << "point " << i << " at (" << x << ", " << y << ", " << z << "): count " << counts[i]
@@ -2275,6 +2285,24 @@ TEST(EngineTransfers, ArraysLargerThanTheRingArriveWhole)
       }
     }
     EXPECT_EQ(bad, 0);
+  }
+}
+} // namespace
+
+TEST(EngineTransfers, ArraysAroundTheRingsSizeArriveWhole)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "the transfer ring is the CUDA backend's";
+  }
+  const std::size_t ring = std::size_t(48) << 20;
+  for (const RingLattice& dims : { RingLattice{ 241, 241, 241 }, RingLattice{ 256, 128, 128 }, RingLattice{ 5, 838861, 1 } })
+  {
+    const std::size_t bytes = 12 * std::size_t(dims.a) * dims.b * dims.c;
+    SCOPED_TRACE(std::to_string(dims.a) + " x " + std::to_string(dims.b) + " x " + std::to_string(dims.c) + ": " +
+      std::to_string(bytes) + " bytes of coordinates");
+    ASSERT_TRUE(bytes > ring || bytes == ring);
+    expectLatticeCountsThroughTheRing(dims);
   }
 }
 
