@@ -30,7 +30,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace neighborgrid_filters
 {
@@ -93,6 +98,34 @@ std::string ShownName(vtkAbstractArray* array)
   return array->GetName() ? array->GetName() : "(unnamed)";
 }
 
+/// Room for `tuples` tuples of a result array. Arrays above 32 MiB go in transparent huge pages
+/// (Linux, where the kernel gives them on request). glibc maps an array that large afresh at
+/// every run and unmaps it when the pipeline runs again, a page fault and a page freed per 4 KiB
+/// (a 64 MB array: 16,384 of each; the filter's Update() on 16M points, H100 machine: 54.5 ms
+/// in small pages, 50.7 in huge ones, the engine alone 50.0). Smaller arrays come back from the
+/// heap already in place, which huge pages of their own only slowed (4M points: +0.15 ms).
+template <typename ArrayT>
+void AllocateResultValues(ArrayT* array, vtkIdType tuples)
+{
+#if defined(__linux__)
+  using Value = typename ArrayT::ValueType;
+  const vtkIdType values = tuples * array->GetNumberOfComponents();
+  const std::size_t bytes = static_cast<std::size_t>(values) * sizeof(Value);
+  constexpr std::size_t hugePage = std::size_t(2) << 20;
+  if (bytes > 16 * hugePage)
+  {
+    const std::size_t rounded = (bytes + hugePage - 1) / hugePage * hugePage;
+    if (void* memory = std::aligned_alloc(hugePage, rounded))
+    {
+      madvise(memory, rounded, MADV_HUGEPAGE); // advice only: without it the pages are small
+      array->SetArray(static_cast<Value*>(memory), values, 0, vtkAbstractArray::VTK_DATA_ARRAY_FREE);
+      return;
+    }
+  }
+#endif
+  array->SetNumberOfTuples(tuples);
+}
+
 /// A new array of `components` x `tuples` values, named, for the output.
 template <typename ArrayT>
 vtkSmartPointer<ArrayT> NewResultArray(const std::string& name, int components, vtkIdType tuples)
@@ -100,7 +133,7 @@ vtkSmartPointer<ArrayT> NewResultArray(const std::string& name, int components, 
   auto array = vtkSmartPointer<ArrayT>::New();
   array->SetName(name.c_str());
   array->SetNumberOfComponents(components);
-  array->SetNumberOfTuples(tuples);
+  AllocateResultValues(array.Get(), tuples);
   return array;
 }
 
@@ -640,7 +673,7 @@ void ResultArrays::AllocateValidMask(const std::string& name, vtkIdType count, n
 {
   this->ValidMask = vtkSmartPointer<vtkUnsignedCharArray>::New();
   this->ValidMask->SetName(name.c_str());
-  this->ValidMask->SetNumberOfTuples(count);
+  AllocateResultValues(this->ValidMask.Get(), count);
   request.valid = this->ValidMask->GetPointer(0);
 }
 

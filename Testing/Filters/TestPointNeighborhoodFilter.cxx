@@ -229,6 +229,61 @@ void TestNeighborCountLattice()
 }
 
 // ---------------------------------------------------------------------------------------------
+/// Result arrays above 32 MiB live in huge pages the filter allocates itself
+/// (NeighborhoodRequestBuilder.cxx): a 204^3 lattice (34 MB of counts), run twice so that the
+/// second run frees the first's array, every count exact (6 inside, fewer on the faces).
+void TestLargeResultArrays()
+{
+  const int side = 204;
+  std::vector<double> xyz;
+  xyz.reserve(3 * std::size_t(side) * side * side);
+  for (int z = 0; z < side; ++z)
+  {
+    for (int y = 0; y < side; ++y)
+    {
+      for (int x = 0; x < side; ++x)
+      {
+        xyz.insert(xyz.end(), { double(x), double(y), double(z) });
+      }
+    }
+  }
+  auto cloud = ngtest::MakeCloud(xyz, VTK_FLOAT);
+  vtkNew<vtkPointNeighborhoodFilter> filter;
+  filter->SetOperation(vtkPointNeighborhoodFilter::NEIGHBOR_COUNT);
+  filter->SetRadius(1.05);
+  for (int run = 0; run < 2; ++run)
+  {
+    const std::string what = "204^3 lattice, run " + std::to_string(run);
+    filter->Modified();
+    auto output = Run(filter, cloud, what);
+    vtkIntArray* counts = vtkIntArray::SafeDownCast(output->GetPointData()->GetArray("NeighborCount"));
+    NG_CHECK(counts && counts->GetNumberOfTuples() == vtkIdType(side) * side * side &&
+        counts->GetNumberOfComponents() == 1,
+      what << ": no NeighborCount array of one value a point");
+    if (!counts)
+    {
+      continue;
+    }
+    vtkIdType wrong = 0, i = 0;
+    for (int z = 0; z < side; ++z)
+    {
+      for (int y = 0; y < side; ++y)
+      {
+        for (int x = 0; x < side; ++x, ++i)
+        {
+          const int expected = (x > 0) + (x < side - 1) + (y > 0) + (y < side - 1) + (z > 0) + (z < side - 1);
+          wrong += counts->GetValue(i) != expected ? 1 : 0;
+        }
+      }
+    }
+    NG_CHECK(wrong == 0, what << ": " << wrong << " counts differ from the lattice's");
+    double range[2];
+    counts->GetRange(range);
+    NG_CHECK(range[0] == 3 && range[1] == 6, what << ": range " << range[0] << ".." << range[1]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 void TestDensity()
 {
   const double radius = 0.75;
@@ -646,6 +701,7 @@ int main(int argc, char* argv[])
   TestEngineKernelValuesMatchDesign();
   TestNeighborCountRandom();
   TestNeighborCountLattice();
+  TestLargeResultArrays();
   TestDensity();
   TestSmoothing();
   TestFarFromOrigin();
