@@ -526,6 +526,32 @@ Cloud starsAtTheRadius(double radius, std::uint64_t seed)
   return c;
 }
 
+/// A ball of 6,000 points 0.3 R across among 3,000 clustered ones: each of its points has about
+/// 6,000 neighbors, so no tile around it fits shared memory (Staged Tiles reads those from global
+/// memory).
+Cloud denseBall(double radius, std::uint64_t seed)
+{
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  Cloud c = ngtest::makeCloud("clustered", 3000, 12.0 * radius, seed);
+  const double center[3] = { 2.1 * radius, 3.3 * radius, 4.7 * radius };
+  for (int k = 0; k < 6000;)
+  {
+    double d[3] = { unit(rng), unit(rng), unit(rng) };
+    if (d[0] * d[0] + d[1] * d[1] + d[2] * d[2] > 1.0)
+    {
+      continue;
+    }
+    for (int a = 0; a < 3; ++a)
+    {
+      c.xyz.push_back(center[a] + 0.15 * radius * d[a]);
+    }
+    ++k;
+  }
+  ngtest::finishCloud(c, rng);
+  return c;
+}
+
 /// An environment knob set for one scope (also when an assertion leaves it early).
 struct ScopedKnob
 {
@@ -540,9 +566,10 @@ struct ScopedKnob
 
 // Staged Tiles has two loops over a staged tile (one thread per point; cluster pairs) and picks
 // one per operation, on cells of R / 2 or of R (reach 2 or 1) by the data's density, and on
-// sparse data a search by point; each must be exact for every operation. "sparse" is 2,000
-// uniform points in a box of 8 with R = 0.3: about one point per occupied cell of R, so with
-// cells of R every point looks up its 27 cells (StagedTiles::sort).
+// sparse data a search by point; each must be exact for every operation, also where a tile does
+// not fit shared memory ("ball"). "sparse" is 2,000 uniform points in a box of 8 with R = 0.3:
+// about one point per occupied cell of R, so with cells of R every point looks up its 27 cells
+// (StagedTiles::sort).
 TEST(EngineMethods, StagedTilesLoopsAreExact)
 {
   if (backendUnderTest != Backend::CUDA)
@@ -550,11 +577,12 @@ TEST(EngineMethods, StagedTilesLoopsAreExact)
     GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
   }
   std::int64_t decided = 0;
-  for (const char* kind : { "clustered", "stacked", "planar", "stars", "sparse" })
+  for (const char* kind : { "clustered", "stacked", "planar", "stars", "ball", "sparse" })
   {
     const bool sparse = std::string(kind) == "sparse";
     const double radius = sparse ? 0.3 : 0.5;
     const Cloud cloud = std::string(kind) == "stars" ? starsAtTheRadius(radius, 8)
+      : std::string(kind) == "ball"                 ? denseBall(radius, 9)
       : sparse                                      ? ngtest::makeCloud("uniform", 2000, 8.0, 23)
                                                     : ngtest::makeCloud(kind, 6000, 8.0, 17);
     const Reference ref(cloud, radius);

@@ -235,6 +235,16 @@ __device__ __forceinline__ Particle staged(const Particle& p, int x, int y, int 
   return Particle{ __fadd_rn(p.x, float(x)), __fadd_rn(p.y, float(y)), __fadd_rn(p.z, float(z)), p.w };
 }
 
+/// The approximate square root (MUFU.SQRT, one instruction, within 2^-22 relative, 0 at 0): the
+/// rows' half widths carry a margin of 1e-4 cells, far above its error; the correctly rounded one
+/// took ten instructions per row of every point.
+__device__ __forceinline__ float approxSqrt(float v)
+{
+  float r;
+  asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+  return r;
+}
+
 /// Distance from coordinate v to the cells `row` (a cell index along the axis) when row lies
 /// `d` cells away from v's own cell: 0 for the own cell. NaN stays NaN (no culling).
 __device__ __forceinline__ float gapTo(float v, int row, int d)
@@ -385,7 +395,7 @@ __device__ void searchFromGlobal(
         int first = x - r.reach, last = x + r.reach;
         if (rest == rest && pi.x == pi.x)
         {
-          const float half = sqrtf(rest) + 1e-4f;
+          const float half = approxSqrt(rest) + 1e-4f;
           first = max(first, __float2int_rd(pi.x - half));
           last = min(last, __float2int_rd(pi.x + half));
         }
@@ -440,7 +450,7 @@ __device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRe
       int first = x - r.reach, last = x + r.reach;
       if (rest == rest && p.x == p.x)
       {
-        const float half = sqrtf(rest) + 1e-4f;
+        const float half = approxSqrt(rest) + 1e-4f;
         first = max(first, __float2int_rd(p.x - half));
         last = min(last, __float2int_rd(p.x + half));
       }
@@ -666,7 +676,7 @@ __device__ ClusterRows listClusterRows(const TileSearch& g, const StagedRegion& 
         const float gy = gapToCell(cy, b.lo[1], b.hi[1]), gz = gapToCell(cz, b.lo[2], b.hi[2]);
         const float rest = g.cullLimit - (gy * gy + gz * gz);
         reaches = rest >= 0.0f;
-        const float half = sqrtf(fmaxf(rest, 0.0f)) + 1e-4f;
+        const float half = approxSqrt(fmaxf(rest, 0.0f)) + 1e-4f;
         x0 = max(0, __float2int_rd(b.lo[0] - half));
         x1 = min(last, __float2int_rd(b.hi[0] + half));
       }
@@ -974,14 +984,36 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   const bool fits = stagedTotal <= g.capacity;
   if (fits)
   {
-    for (int q = threadIdx.x; q < stagedTotal; q += tileThreads)
+    // Each thread stages a run of consecutive positions: the first one's cell by a binary
+    // search, then the cells in turn with their place (x, y, z) in the region. A search and
+    // three divisions by S per point took an eighth of the 4M count search's instructions.
+    const int run = (stagedTotal + tileThreads - 1) / tileThreads;
+    const int runBegin = min(stagedTotal, int(threadIdx.x) * run), runEnd = min(stagedTotal, runBegin + run);
+    if (runBegin < runEnd)
     {
-      const int k = lastAtMost(cellStart, stagedCells, q);
-      const int source = cellFirst[k] + (q - cellStart[k]);
-      stagedPoints[q] = staged(g.particles[source], k % S, (k / S) % S, k / (S * S));
-      if constexpr (stagesIndex)
+      int k = lastAtMost(cellStart, stagedCells, runBegin);
+      int x = k % S, y = (k / S) % S, z = k / (S * S);
+      for (int q = runBegin; q < runEnd; ++q)
       {
-        stagedIndex[q] = source;
+        while (cellStart[k + 1] <= q)
+        {
+          ++k;
+          if (++x == S)
+          {
+            x = 0;
+            if (++y == S)
+            {
+              y = 0;
+              ++z;
+            }
+          }
+        }
+        const int source = cellFirst[k] + (q - cellStart[k]);
+        stagedPoints[q] = staged(g.particles[source], x, y, z);
+        if constexpr (stagesIndex)
+        {
+          stagedIndex[q] = source;
+        }
       }
     }
     if (threadIdx.x == 0)
