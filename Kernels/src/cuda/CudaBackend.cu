@@ -32,6 +32,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -393,6 +394,7 @@ public:
     progress(0.1, "upload");
 
     method_->sort(run_);
+    uniformWeight_ = method_->sortWeighsOne() ? 1.0f : std::numeric_limits<float>::quiet_NaN();
     if (std::getenv("NEIGHBORGRID_TEST_CUDA_FAULT"))
     {
       illegalAddressKernel<<<1, 1, 0, stream_>>>(reinterpret_cast<int*>(std::uintptr_t(8)));
@@ -530,16 +532,27 @@ public:
 
   // --- executor primitives (OperationPlan.h) -------------------------------------------------
   KernelParams kernel() const { return problem_->frameKernel(method_->cellSize()); }
+  /// The particles' weights: one, or the mass (an array or a constant). A pass over every
+  /// particle (41 us at 4M points on the H100) is skipped when all of them already weigh what the
+  /// pass would write: after the sort (sortWeighsOne) or an earlier pass of the same run.
   void setWeights(WeightMode mode)
   {
     const int n = static_cast<int>(problem_->count);
     const bool mass = mode == WeightMode::Mass;
-    setWeightsKernel<<<blocksFor(n), 256, 0, stream_>>>(method_->particles(), n, method_->orderToInput(),
-      mass && problem_->mass ? mass_.get() : nullptr, mass ? problem_->constantMass : 1.0f);
+    const bool fromArray = mass && problem_->mass;
+    const float constant = mass ? problem_->constantMass : 1.0f;
+    if (!fromArray && uniformWeight_ == constant)
+    {
+      return;
+    }
+    setWeightsKernel<<<blocksFor(n), 256, 0, stream_>>>(
+      method_->particles(), n, method_->orderToInput(), fromArray ? mass_.get() : nullptr, constant);
     NG_CUDA_CHECK_LAUNCH("setWeights");
+    uniformWeight_ = fromArray ? std::numeric_limits<float>::quiet_NaN() : constant;
   }
   void divideWeightsByDensity(const float* orderedDensity)
   {
+    uniformWeight_ = std::numeric_limits<float>::quiet_NaN();
     const int n = static_cast<int>(problem_->count);
     if (problem_->images > 0)
     {
@@ -1140,6 +1153,8 @@ private:
   DeviceBuffer<float> queryValues_;
   DeviceBuffer<float> radiusSums_;
   DeviceBuffer<float> imageDensity_;
+  // The weight of every particle, NaN when they differ or are not known (setWeights).
+  float uniformWeight_ = std::numeric_limits<float>::quiet_NaN();
   DeviceImages images_; // periodic images made here (Problem::imagesByBackend), with the coordinates
   std::unique_ptr<CudaMethod> methods_[8];
   CudaKthNeighbor kth_{ pool_ };

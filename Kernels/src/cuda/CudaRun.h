@@ -60,6 +60,9 @@ public:
   virtual std::int64_t heldBytes() const = 0;
   /// How separate queries search the particles (valid after sort()).
   virtual QuerySource querySource() = 0;
+  /// Whether sort() leaves every particle's weight at 1 (particlesInOrder writes it), so that a
+  /// pass with weights of one needs no pass of its own to set them.
+  virtual bool sortWeighsOne() const { return false; }
 
   virtual void search(CudaRun& run, const CountOperation& op) = 0;
   virtual void search(CudaRun& run, const DensityOperation& op) = 0;

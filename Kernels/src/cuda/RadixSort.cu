@@ -38,6 +38,7 @@ public:
     test_ = makePairTest(p.radius, cellSize_, 2.0, run.input);
   }
   double cellSize() const override { return cellSize_; }
+  bool sortWeighsOne() const override { return true; }
   Particle* particles() override { return cells_.particleRegion(); }
   const std::int32_t* orderToInput() const override { return cells_.orderToInput(); }
   QuerySource querySource() override { return cellQuerySource(cells_.table(), particles(), orderToInput(), 1); }

@@ -1146,6 +1146,7 @@ public:
     listItems(run, n);
   }
   double cellSize() const override { return cellSize_; }
+  bool sortWeighsOne() const override { return true; }
   Particle* particles() override { return cells_.particleRegion(); }
   const std::int32_t* orderToInput() const override { return cells_.orderToInput(); }
   QuerySource querySource() override { return cellQuerySource(cells_.table(), particles(), orderToInput(), reach_); }
