@@ -123,7 +123,10 @@ void TransferRing::workerLoop()
     }
     try
     {
-      NG_CUDA_CHECK(cudaSetDevice(device_), "cudaSetDevice");
+      if (!t->faultInOnly)
+      {
+        NG_CUDA_CHECK(cudaSetDevice(device_), "cudaSetDevice");
+      }
       copySlices(*t);
     }
     catch (...)
@@ -257,10 +260,15 @@ void TransferRing::run(const Transfer& given)
   {
     copied = 0;
   }
-  // Wait for the ring's last use (an upload returns before its last DMA is done).
-  for (cudaEvent_t e : events_)
+  // Wait for the ring's last use (an upload returns before its last DMA is done). Faulting in
+  // pages touches no slot and calls no CUDA function, so a fault of the kernels it overlaps is
+  // reported by the wait that follows them, under their name, not under this one's.
+  if (!t.faultInOnly)
   {
-    NG_CUDA_CHECK(cudaEventSynchronize(e), t.what);
+    for (cudaEvent_t e : events_)
+    {
+      NG_CUDA_CHECK(cudaEventSynchronize(e), t.what);
+    }
   }
   if (t.faultInOnly)
   {
