@@ -35,7 +35,9 @@
 //    point, so they pay only where each pair's terms cost more than its test (RESULTS.md, issue 22).
 //  - No symmetric evaluation (CLAWS): adding each pair's terms to both points needs atomics in
 //    shared memory, and the sums here are compensated (Kahan) in registers, which atomics cannot
-//    keep.
+//    keep. Measured on the H100 (RESULTS.md, 2026-11-27): a half shell with shared atomics was
+//    exact but slower (count 1.97 against 1.85 ms, density 3.55 against 2.23): a float atomic add
+//    to shared memory is a compare-and-swap loop on sm_90, and staging and row lists stay whole.
 //  - Tiles are found from the occupied cells (the first occupied cell of each tile leads it), so
 //    a far outlier adds one tile and no empty ones; a huge axis (CellGrid.h) is its own tile.
 //  - A tile whose staged region does not fit in shared memory (a dense cluster) reads its
