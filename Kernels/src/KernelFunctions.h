@@ -132,18 +132,25 @@ NG_HD T kernelShapeDerivative(Kernel type, T q)
   }
 }
 
-NG_HD float kernelValueFromSquared(const KernelParams& k, float squaredDistance)
+/// The square root on the GPU in one instruction (MUFU.SQRT) instead of the correctly rounded
+/// one's branchy sequence: within 2^-22 relative of it, and 0 at 0. The correctly rounded one on
+/// the host.
+NG_HD float approximateSqrt(float v)
 {
 #if defined(__CUDA_ARCH__)
-  // The approximate square root: one instruction (MUFU.SQRT) instead of the correctly rounded
-  // square root's branchy sequence, within 2^-22 relative of it, and 0 at 0 (the searches evaluate
-  // this for every neighbor pair; r2 * rsqrt(r2) took four, with a guard for coincident points).
   float r;
-  asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(squaredDistance));
+  asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+  return r;
 #else
-  const float r = std::sqrt(squaredDistance);
+  return std::sqrt(v);
 #endif
-  return k.normalization * kernelShape<float>(k.type, r * k.inverseH);
+}
+
+NG_HD float kernelValueFromSquared(const KernelParams& k, float squaredDistance)
+{
+  // The searches evaluate this for every neighbor pair: r2 * rsqrt(r2) took four instructions,
+  // with a guard for coincident points.
+  return k.normalization * kernelShape<float>(k.type, approximateSqrt(squaredDistance) * k.inverseH);
 }
 
 constexpr double pi = 3.14159265358979323846;

@@ -237,16 +237,6 @@ __device__ __forceinline__ Particle staged(const Particle& p, int x, int y, int 
   return Particle{ __fadd_rn(p.x, float(x)), __fadd_rn(p.y, float(y)), __fadd_rn(p.z, float(z)), p.w };
 }
 
-/// The approximate square root (MUFU.SQRT, one instruction, within 2^-22 relative, 0 at 0): the
-/// rows' half widths carry a margin of 1e-4 cells, far above its error; the correctly rounded one
-/// took ten instructions per row of every point.
-__device__ __forceinline__ float approxSqrt(float v)
-{
-  float r;
-  asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-  return r;
-}
-
 /// Distance from coordinate v to the cells `row` (a cell index along the axis) when row lies
 /// `d` cells away from v's own cell: 0 for the own cell. NaN stays NaN (no culling).
 __device__ __forceinline__ float gapTo(float v, int row, int d)
@@ -397,7 +387,7 @@ __device__ void searchFromGlobal(
         int first = x - r.reach, last = x + r.reach;
         if (rest == rest && pi.x == pi.x)
         {
-          const float half = approxSqrt(rest) + 1e-4f;
+          const float half = approximateSqrt(rest) + 1e-4f;
           first = max(first, __float2int_rd(pi.x - half));
           last = min(last, __float2int_rd(pi.x + half));
         }
@@ -452,7 +442,8 @@ __device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRe
       int first = x - r.reach, last = x + r.reach;
       if (rest == rest && p.x == p.x)
       {
-        const float half = approxSqrt(rest) + 1e-4f;
+        // The margin of 1e-4 cells lies far above the approximate root's error (2^-22 relative).
+        const float half = approximateSqrt(rest) + 1e-4f;
         first = max(first, __float2int_rd(p.x - half));
         last = min(last, __float2int_rd(p.x + half));
       }
@@ -678,7 +669,7 @@ __device__ ClusterRows listClusterRows(const TileSearch& g, const StagedRegion& 
         const float gy = gapToCell(cy, b.lo[1], b.hi[1]), gz = gapToCell(cz, b.lo[2], b.hi[2]);
         const float rest = g.cullLimit - (gy * gy + gz * gz);
         reaches = rest >= 0.0f;
-        const float half = approxSqrt(fmaxf(rest, 0.0f)) + 1e-4f;
+        const float half = approximateSqrt(fmaxf(rest, 0.0f)) + 1e-4f;
         x0 = max(0, __float2int_rd(b.lo[0] - half));
         x1 = min(last, __float2int_rd(b.hi[0] + half));
       }
