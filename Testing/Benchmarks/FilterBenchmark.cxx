@@ -5,6 +5,9 @@
 // for the same request), as figure,median_ms rows of the headline table (filter_4M_e2e,
 // filter_engine_4M_e2e).
 #include <NeighborGrid/NeighborGrid.h>
+#include <vtkAlgorithm.h>
+#include <vtkCallbackCommand.h>
+#include <vtkCommand.h>
 #include <vtkFieldData.h>
 #include <vtkFloatArray.h>
 #include <vtkNew.h>
@@ -19,7 +22,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -38,12 +43,101 @@ double MillisecondsOf(const std::function<void()>& f)
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+/// The sum of the engine's stage.*_ms entries in a filter's LastRunInfo.
+double EngineStagesMilliseconds(const char* runInfo)
+{
+  std::istringstream lines(runInfo ? runInfo : "");
+  double sum = 0.0;
+  for (std::string line; std::getline(lines, line);)
+  {
+    const auto equals = line.find('=');
+    if (line.rfind("stage.", 0) == 0 && equals != std::string::npos && line.find("_ms") < equals)
+    {
+      sum += std::atof(line.c_str() + equals + 1);
+    }
+  }
+  return sum;
+}
+
+/// Where an Update() of the filter spends its time: the executive before RequestData; the
+/// filter's own work before the engine starts, the engine (its first progress report to its
+/// last), the filter's own work after it; the executive after RequestData. The executive fires
+/// StartEvent and EndEvent around RequestData; the engine reports progress as "prepare" when it
+/// starts and "done" when its results are in place.
+struct UpdatePhases
+{
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point begin, start, engineStart, engineEnd, end;
+  std::vector<double> before, filterBefore, engine, engineStages, filterAfter, after;
+  // The engine's progress reports of the current run, and the time from each to the next, by the
+  // stage the next one reports (over all runs).
+  std::vector<std::pair<std::string, Clock::time_point>> reports;
+  std::map<std::string, std::vector<double>> untilReport;
+
+  static void Record(vtkObject* caller, unsigned long event, void* clientData, void*)
+  {
+    auto* self = static_cast<UpdatePhases*>(clientData);
+    const Clock::time_point now = Clock::now();
+    if (event == vtkCommand::StartEvent)
+    {
+      self->start = now;
+    }
+    else if (event == vtkCommand::EndEvent)
+    {
+      self->end = now;
+    }
+    else if (event == vtkCommand::ProgressEvent)
+    {
+      // The executive reports 0 and 1 around RequestData too, with no text.
+      const char* text = static_cast<vtkAlgorithm*>(caller)->GetProgressText();
+      if (text && *text)
+      {
+        const std::string stage = text;
+        if (stage == "prepare")
+        {
+          self->engineStart = now;
+        }
+        else if (stage == "done")
+        {
+          self->engineEnd = now;
+        }
+        self->reports.emplace_back(stage, now);
+      }
+    }
+  }
+  void Add(const char* runInfo)
+  {
+    const Clock::time_point finished = Clock::now();
+    const auto ms = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    before.push_back(ms(begin, start));
+    filterBefore.push_back(ms(start, engineStart));
+    engine.push_back(ms(engineStart, engineEnd));
+    engineStages.push_back(EngineStagesMilliseconds(runInfo));
+    filterAfter.push_back(ms(engineEnd, end));
+    after.push_back(ms(end, finished));
+    for (std::size_t k = 1; k < reports.size(); ++k)
+    {
+      untilReport[reports[k].first].push_back(ms(reports[k - 1].second, reports[k].second));
+    }
+    reports.clear();
+  }
+};
+
 int Headline(vtkPolyData* cloud, vtkPoints* points, int runs)
 {
   vtkNew<vtkPointNeighborhoodFilter> filter;
   filter->SetInputData(cloud);
   filter->SetOperation(vtkPointNeighborhoodFilter::DENSITY);
   filter->SetRadius(1.5);
+  UpdatePhases phases;
+  vtkNew<vtkCallbackCommand> observer;
+  observer->SetCallback(&UpdatePhases::Record);
+  observer->SetClientData(&phases);
+  filter->AddObserver(vtkCommand::StartEvent, observer);
+  filter->AddObserver(vtkCommand::EndEvent, observer);
+  filter->AddObserver(vtkCommand::ProgressEvent, observer);
   neighborgrid::Engine engine;
   const vtkIdType n = points->GetNumberOfPoints();
   std::vector<float> density(static_cast<std::size_t>(n));
@@ -52,14 +146,45 @@ int Headline(vtkPolyData* cloud, vtkPoints* points, int runs)
   request.radius = 1.5;
   request.operation = neighborgrid::Operation::Density;
   request.density = density.data();
+  // The engine into a new array at every run, as the filter writes one (the previous one freed).
+  vtkSmartPointer<vtkFloatArray> freshArray;
+  const auto runIntoFreshArray = [&] {
+    auto array = vtkSmartPointer<vtkFloatArray>::New();
+    array->SetNumberOfTuples(n);
+    neighborgrid::Request fresh = request;
+    fresh.density = array->GetPointer(0);
+    engine.run(fresh);
+    freshArray = array;
+  };
   filter->Update(); // warm-up: CUDA context, device buffers, pinned staging
   engine.run(request);
-  std::vector<double> filterTimes, engineTimes;
+  runIntoFreshArray();
+  // The engine alone, the same progress reports timed.
+  UpdatePhases engineAlone;
+  request.progress = [&engineAlone](double, const char* stage) {
+    engineAlone.reports.emplace_back(stage, UpdatePhases::Clock::now());
+    return true;
+  };
+  std::vector<double> filterTimes, engineTimes, freshTimes, engineStageSums;
   for (int k = 0; k < runs; ++k)
   {
     filter->Modified();
-    filterTimes.push_back(MillisecondsOf([&] { filter->Update(); }));
-    engineTimes.push_back(MillisecondsOf([&] { engine.run(request); }));
+    phases.reports.clear();
+    phases.begin = UpdatePhases::Clock::now();
+    filter->Update();
+    phases.Add(filter->GetLastRunInfo());
+    filterTimes.push_back(std::chrono::duration<double, std::milli>(UpdatePhases::Clock::now() - phases.begin).count());
+    engineAlone.reports.clear();
+    neighborgrid::Report report;
+    engineTimes.push_back(MillisecondsOf([&] { report = engine.run(request); }));
+    double stages = 0.0;
+    for (const auto& stage : report.stages)
+    {
+      stages += stage.milliseconds;
+    }
+    engineStageSums.push_back(stages);
+    engineAlone.Add(nullptr);
+    freshTimes.push_back(MillisecondsOf(runIntoFreshArray));
   }
   auto* output = vtkPolyData::SafeDownCast(filter->GetOutput());
   if (!output || !output->GetPointData()->GetArray("Density"))
@@ -69,6 +194,25 @@ int Headline(vtkPolyData* cloud, vtkPoints* points, int runs)
   }
   std::printf("figure,median_ms\nfilter_4M_e2e,%.4f\nfilter_engine_4M_e2e,%.4f\n", Median(filterTimes),
     Median(engineTimes));
+  std::fprintf(stderr,
+    "filter Update() (medians, ms): %.3f = executive before RequestData %.3f + filter before the engine %.3f + "
+    "engine %.3f (its stages %.3f) + filter after the engine %.3f + executive after %.3f; the engine into a new "
+    "vtkFloatArray each run %.3f, into one kept array %.3f\n",
+    Median(filterTimes), Median(phases.before), Median(phases.filterBefore), Median(phases.engine),
+    Median(phases.engineStages), Median(phases.filterAfter), Median(phases.after), Median(freshTimes),
+    Median(engineTimes));
+  std::fprintf(stderr, "the engine's progress reports (medians, ms from the report before):");
+  for (const auto& entry : phases.untilReport)
+  {
+    std::fprintf(stderr, " %s %.3f", entry.first.c_str(), Median(entry.second));
+  }
+  std::fprintf(stderr, "\nthe engine alone into its kept array: %.3f ms (its stages %.3f); progress reports:",
+    Median(engineTimes), Median(engineStageSums));
+  for (const auto& entry : engineAlone.untilReport)
+  {
+    std::fprintf(stderr, " %s %.3f", entry.first.c_str(), Median(entry.second));
+  }
+  std::fprintf(stderr, "\n");
   std::fprintf(stderr, "filter last run: %s\n", filter->GetLastRunInfo());
   return 0;
 }
