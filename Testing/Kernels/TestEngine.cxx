@@ -2334,6 +2334,152 @@ TEST(EngineTransfers, ArraysAroundTheRingsSizeArriveWhole)
   }
 }
 
+// The CUDA backend takes the bounds of the coordinates from the ring's workers, which find them
+// piece by piece while they copy (CoordinateCopy.h): a piece may start at any axis, and a value
+// missed at a piece's edge would leave its point outside the grid. A lattice (neighbors: the six
+// axis neighbors at distance 1, R = 1.05) holds pairs of points far outside it, each pair 0.5
+// apart along one axis and nothing else within R. The outer point of each pair sets the bounds of
+// its axis, and its extreme value is the first value of the array, the last, the first of a
+// piece (the second, the third), the last of one, or the first of the second slice. Float and
+// double, an array that fits the ring (pieces of 64 KiB) and one that does not (whole slices).
+namespace
+{
+void expectOutliersBoundTheGrid(int side, bool asDouble)
+{
+  const std::int64_t lattice = std::int64_t(side) * side * side;
+  const std::int64_t values = 3 * lattice;
+  const std::int64_t perPiece = (std::int64_t(64) << 10) / (asDouble ? 8 : 4);
+  const std::int64_t perSlice = (std::int64_t(1) << 20) / (asDouble ? 8 : 4);
+  // The extreme value of outlier k sits at value index outerValues[k]: its point and axis.
+  const std::vector<std::int64_t> outerValues = { 0, values - 1, perPiece, 2 * perPiece, 3 * perPiece - 1, perSlice };
+  std::vector<double> xyz(values);
+  std::vector<bool> occupied(lattice, true);
+  for (std::int64_t i = 0; i < lattice; ++i)
+  {
+    xyz[3 * i] = double(i % side);
+    xyz[3 * i + 1] = double((i / side) % side);
+    xyz[3 * i + 2] = double(i / (std::int64_t(side) * side));
+  }
+  std::vector<std::int64_t> outer, inner;
+  std::mt19937_64 rng(41);
+  for (std::size_t k = 0; k < outerValues.size(); ++k)
+  {
+    const std::int64_t point = outerValues[k] / 3;
+    const int axis = int(outerValues[k] % 3);
+    std::int64_t partner = 0;
+    do
+    {
+      partner = std::int64_t(rng() % std::uint64_t(lattice));
+    } while (partner == point || !occupied[partner] || std::count(outerValues.begin(), outerValues.end(), 3 * partner + axis) ||
+      partner == 0);
+    occupied[point] = occupied[partner] = false;
+    // Beyond the lattice by 40 + 10 k (below it for odd k), so that no two outliers are near.
+    const double far = (k % 2 ? -1.0 : 1.0) * (40.0 + 10.0 * double(k)) + (k % 2 ? 0.0 : double(side - 1));
+    xyz[3 * point + axis] = far;
+    for (int a = 0; a < 3; ++a)
+    {
+      xyz[3 * partner + a] = xyz[3 * point + a];
+    }
+    xyz[3 * partner + axis] = far + (k % 2 ? 0.5 : -0.5);
+    outer.push_back(point);
+    inner.push_back(partner);
+  }
+  std::vector<float> xyzFloat(xyz.begin(), xyz.end());
+  Request r;
+  r.points = asDouble ? Points(xyz.data(), lattice) : Points(xyzFloat.data(), lattice);
+  r.radius = 1.05;
+  r.backend = backendUnderTest;
+  r.operation = Operation::NeighborCount;
+  std::vector<std::int32_t> counts(lattice, -7);
+  r.neighborCount = counts.data();
+  Engine engine;
+  engine.run(r);
+  std::int64_t bad = 0;
+  auto expect = [&](std::int64_t i, int expected, const char* what) {
+    if (counts[i] != expected && bad++ < 5)
+    {
+      ADD_FAILURE() << what << " point " << i << " at (" << xyz[3 * i] << ", " << xyz[3 * i + 1] << ", "
+                    << xyz[3 * i + 2] << "): count " << counts[i] << ", expected " << expected;
+    }
+  };
+  for (std::size_t k = 0; k < outer.size(); ++k)
+  {
+    expect(outer[k], 1, "outlier");
+    expect(inner[k], 1, "outlier's partner");
+  }
+  for (std::int64_t i = 0; i < lattice; ++i)
+  {
+    if (!occupied[i])
+    {
+      continue;
+    }
+    const int x = int(i % side), y = int((i / side) % side), z = int(i / (std::int64_t(side) * side));
+    const std::int64_t plane = std::int64_t(side) * side;
+    const int expected = (x > 0 && occupied[i - 1]) + (x < side - 1 && occupied[i + 1]) +
+      (y > 0 && occupied[i - side]) + (y < side - 1 && occupied[i + side]) + (z > 0 && occupied[i - plane]) +
+      (z < side - 1 && occupied[i + plane]);
+    expect(i, expected, "lattice");
+  }
+  EXPECT_EQ(bad, 0);
+}
+} // namespace
+
+TEST(EngineTransfers, BoundsFoundInTheCopyReachEveryPiecesEdge)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "the transfer ring is the CUDA backend's";
+  }
+  for (bool asDouble : { false, true })
+  {
+    // 60^3: 2.6 or 5.2 MB, pieces of 64 KiB; 160^3: 49 or 98 MB, past the ring's 48 MiB.
+    for (int side : { 60, 160 })
+    {
+      SCOPED_TRACE(std::string(asDouble ? "double" : "float") + ", " + std::to_string(side) + "^3 points");
+      expectOutliersBoundTheGrid(side, asDouble);
+    }
+  }
+}
+
+// A non-finite coordinate found by the ring's workers is named by the host's pass: the first one
+// in the array, whichever piece a worker copied first.
+TEST(EngineTransfers, NamesTheFirstNonFiniteCoordinateOfAnyPiece)
+{
+  const std::int64_t n = 200000; // 2.4 MB of floats: 37 pieces
+  const Cloud cloud = ngtest::makeCloud("uniform", n, 60.0, 17);
+  // Point 5461's y is the first value of the second piece; point 87381's y the first of the
+  // second slice; point 199999's z the last value of the array.
+  for (const auto& bad : std::vector<std::vector<std::int64_t>>{ { 3 * 5461 + 1 }, { 3 * 87381 + 1, 3 * 5461 + 2 },
+         { 3 * 199999 + 2 }, { 3 * 199999 + 2, 3 * 87381 } })
+  {
+    std::vector<float> xyz = cloud.xyzFloat;
+    bool nan = true;
+    for (std::int64_t v : bad)
+    {
+      xyz[v] = nan ? std::nanf("") : -INFINITY;
+      nan = !nan;
+    }
+    const std::int64_t first = *std::min_element(bad.begin(), bad.end()) / 3;
+    Request r = baseRequest(cloud, 1.0, Method::Auto);
+    r.points = Points(xyz.data(), n);
+    r.operation = Operation::NeighborCount;
+    std::vector<std::int32_t> counts(n, -7);
+    r.neighborCount = counts.data();
+    Engine engine;
+    try
+    {
+      engine.run(r);
+      ADD_FAILURE() << "no error for a non-finite coordinate of point " << first;
+    }
+    catch (const Error& e)
+    {
+      const std::string expected = "point " + std::to_string(first) + " has a non-finite coordinate";
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(std::count(counts.begin(), counts.end(), -7), n) << "an output was written despite the error";
+  }
+}
+
 TEST(EngineSlabsPeriodic, APeriodicBoxInSlabsMatchesOneRun)
 {
   const bool cuda = backendUnderTest == Backend::CUDA;

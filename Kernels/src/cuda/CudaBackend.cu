@@ -242,6 +242,8 @@ public:
     device_.multiprocessors = prop.multiProcessorCount;
     device_.sharedMemoryPerBlock = static_cast<int>(prop.sharedMemPerBlockOptin);
     NG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    NG_CUDA_CHECK(cudaEventCreate(&coordinatesBegan_), "cudaEventCreate");
+    NG_CUDA_CHECK(cudaEventCreate(&coordinatesArrived_), "cudaEventCreate");
   }
   ~CudaBackend() override
   {
@@ -253,35 +255,55 @@ public:
     {
       cudaEventDestroy(e);
     }
+    cudaEventDestroy(coordinatesBegan_);
+    cudaEventDestroy(coordinatesArrived_);
     if (stream_)
     {
       cudaStreamDestroy(stream_);
     }
   }
 
-  /// The caller's coordinates travel as they are; the GPU finds the bounds and checks for
-  /// non-finite values. They stay on the device: the methods read them to make frame coordinates
-  /// and to decide pairs within rounding of R.
-  void prepareCoordinates(const Points& points, int /*threads*/, Problem& problem) override
+  /// The caller's coordinates travel as they are. The ring's workers find the bounds while they
+  /// copy them into pinned memory (no pass of their own: the device's took 35 us and a round trip
+  /// at 4M points); a non-finite coordinate is named by a pass on the host. They stay on the
+  /// device: the methods read them to make frame coordinates and to decide pairs within
+  /// rounding of R.
+  void prepareCoordinates(const Points& points, int threads, Problem& problem) override
   {
     // CUDA's current device is per host thread: this engine's device, whichever thread runs.
     NG_CUDA_CHECK(cudaSetDevice(device_.id), "cudaSetDevice");
+    // The stream is idle (every run ends waiting for it): this event marks the stage's start.
+    NG_CUDA_CHECK(cudaEventRecord(coordinatesBegan_, stream_), "cudaEventRecord");
     const std::int64_t n = points.count;
-    const std::size_t element = points.type == ScalarType::Float32 ? sizeof(float) : sizeof(double);
-    const std::size_t bytes = 3 * std::size_t(n) * element;
+    const bool isDouble = points.type == ScalarType::Float64;
+    const std::size_t bytes = 3 * std::size_t(n) * (isDouble ? sizeof(double) : sizeof(float));
     if (memoryLimit_ > 0 && deviceRaw_.bytes() > bytes)
     {
       deviceRaw_.release(); // a larger run's coordinates would count against the limit
     }
     checkFits(std::int64_t(bytes), 0, n, "the coordinates");
     char* raw = static_cast<char*>(deviceRaw_.ensureBytes(bytes, "the coordinates as given"));
-    transfers_.upload(raw, points.xyz, bytes, stream_, "uploading coordinates");
-    input_ = InputPoints{ raw, points.type == ScalarType::Float64 };
-
-    findBounds(raw, element == sizeof(double), n, points, problem);
+    CoordinateBounds bounds;
+    transfers_.uploadCoordinates(raw, points.xyz, n, isDouble, stream_, "uploading coordinates", bounds);
+    input_ = InputPoints{ raw, isDouble };
+    if (!bounds.allFinite)
+    {
+      findBoundsOnHost(points, threads, problem.lo, problem.hi); // names the first non-finite point
+      throw Error("NeighborGrid: a coordinate is not finite"); // not reached: the pass above throws
+    }
+    for (int a = 0; a < 3; ++a)
+    {
+      problem.lo[a] = bounds.lo[a];
+      problem.hi[a] = bounds.hi[a];
+    }
+    // No wait for the last slices' DMA: the host goes on to plan the run and launch the sort,
+    // which the stream runs after the DMA. The coordinates stage still ends when the last of them
+    // is on the device (collectStageTimes).
+    NG_CUDA_CHECK(cudaEventRecord(coordinatesArrived_, stream_), "uploading coordinates");
+    coordinatesInFlight_ = true;
     if (problem.imagesByBackend)
     {
-      makeImages(raw, element == sizeof(double), n, points, problem);
+      makeImages(raw, isDouble, n, points, problem);
     }
     else
     {
@@ -289,8 +311,8 @@ public:
     }
   }
 
-  /// The bounds (problem.lo, problem.hi) of n points on the device, and the non-finite check,
-  /// which names the caller's point.
+  /// The bounds (problem.lo, problem.hi) of n points on the device (the periodic images made
+  /// there), and the non-finite check, which names the caller's point.
   void findBounds(const void* xyz, bool isDouble, std::int64_t n, const Points& caller, Problem& problem)
   {
     const int blocks = static_cast<int>(std::min<std::int64_t>(4 * device_.multiprocessors, (n + boundsThreads - 1) / boundsThreads));
@@ -1101,6 +1123,22 @@ private:
   void collectStageTimes(Report& report)
   {
     NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "finishing");
+    if (coordinatesInFlight_)
+    {
+      // The engine timed prepareCoordinates on the host, which returns before the DMA of the last
+      // slices is done (and after it where periodic images waited for it): the stage lasts until
+      // both are.
+      coordinatesInFlight_ = false;
+      float arrived = 0.0f;
+      NG_CUDA_CHECK(cudaEventElapsedTime(&arrived, coordinatesBegan_, coordinatesArrived_), "reading stage times");
+      for (StageTime& s : report.stages)
+      {
+        if (s.stage == "coordinates")
+        {
+          s.milliseconds = std::max(s.milliseconds, double(arrived));
+        }
+      }
+    }
     for (const auto& s : stageMarks_)
     {
       float ms = 0.0f;
@@ -1119,6 +1157,10 @@ private:
   CudaDevice device_;
   cudaStream_t stream_ = nullptr;
   std::vector<cudaEvent_t> events_;
+  // When prepareCoordinates began and when the coordinates were on the device: the coordinates
+  // stage ends at the later of that and prepareCoordinates' return (collectStageTimes).
+  cudaEvent_t coordinatesBegan_ = nullptr, coordinatesArrived_ = nullptr;
+  bool coordinatesInFlight_ = false;
   std::size_t eventsUsed_ = 0;
   std::vector<StageMark> stageMarks_;
   const Problem* problem_ = nullptr;

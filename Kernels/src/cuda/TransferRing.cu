@@ -51,6 +51,22 @@ void TransferRing::upload(void* device, const void* host, std::size_t bytes, cud
   run(t);
 }
 
+void TransferRing::uploadCoordinates(void* device, const void* host, std::int64_t count, bool isDouble,
+  cudaStream_t stream, const char* what, CoordinateBounds& bounds)
+{
+  bounds.reset();
+  Transfer t;
+  t.toDevice = true;
+  t.device = static_cast<char*>(device);
+  t.host = const_cast<char*>(static_cast<const char*>(host)); // only read for an upload
+  t.bytes = 3 * std::size_t(count) * (isDouble ? sizeof(double) : sizeof(float));
+  t.stream = stream;
+  t.what = what;
+  t.bounds = &bounds;
+  t.boundsOfDoubles = isDouble;
+  run(t);
+}
+
 void TransferRing::download(void* host, const void* device, std::size_t bytes, cudaStream_t stream, const char* what)
 {
   Transfer t;
@@ -127,7 +143,7 @@ void TransferRing::workerLoop()
       {
         NG_CUDA_CHECK(cudaSetDevice(device_), "cudaSetDevice");
       }
-      copySlices(*t);
+      copyShare(*t);
     }
     catch (...)
     {
@@ -178,7 +194,18 @@ bool TransferRing::waitForDmas(const Transfer& t, std::int64_t count, bool first
   return true;
 }
 
-void TransferRing::copySlices(const Transfer& t)
+void TransferRing::copyShare(const Transfer& t)
+{
+  CoordinateBounds mine;
+  copySlices(t, mine);
+  if (t.bounds)
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    t.bounds->merge(mine);
+  }
+}
+
+void TransferRing::copySlices(const Transfer& t, CoordinateBounds& bounds)
 {
   for (;;)
   {
@@ -217,6 +244,15 @@ void TransferRing::copySlices(const Transfer& t)
       std::memcpy(host, pinned, length);
     }
     copiedPieces_[k % slots].fetch_add(1, std::memory_order_acq_rel);
+    if (t.bounds)
+    {
+      // After the piece is counted (its DMA need not wait), from this core's cache, where the
+      // copy has just brought the piece. Pieces start at whole values (their sizes are
+      // multiples of 8 bytes).
+      const std::size_t value = t.boundsOfDoubles ? sizeof(double) : sizeof(float);
+      const std::size_t first = (std::size_t(k) * sliceBytes + within) / value;
+      widenBounds(host, length / value, static_cast<int>(first % 3), t.boundsOfDoubles, bounds);
+    }
   }
 }
 

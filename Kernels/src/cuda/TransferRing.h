@@ -13,6 +13,7 @@
 // DMA is done (download). Host memory: the ring only.
 #pragma once
 
+#include "../CoordinateBounds.h"
 #include "CudaSupport.h"
 
 #include <atomic>
@@ -46,6 +47,10 @@ public:
 
   /// Returns once `host` has been read: the DMA of the last slices may still run on `stream`.
   void upload(void* device, const void* host, std::size_t bytes, cudaStream_t stream, const char* what);
+  /// upload() of `count` points' interleaved coordinates (float or double) that also finds their
+  /// bounds: the workers widen them while they copy the slices (CoordinateBounds.h).
+  void uploadCoordinates(void* device, const void* host, std::int64_t count, bool isDouble, cudaStream_t stream,
+    const char* what, CoordinateBounds& bounds);
   /// Returns once `host` holds every byte.
   void download(void* host, const void* device, std::size_t bytes, cudaStream_t stream, const char* what);
   /// Makes every page of `host` resident and writable, on the workers, without changing a byte:
@@ -67,12 +72,16 @@ private:
     std::int64_t pieces = 0;
     cudaStream_t stream = nullptr;
     const char* what = "";
+    CoordinateBounds* bounds = nullptr; // uploadCoordinates(): the bounds of what is copied
+    bool boundsOfDoubles = false;
   };
 
   void prepare();
   void run(const Transfer& t);
   void issue(const Transfer& t, std::int64_t chunk);
-  void copySlices(const Transfer& t);
+  /// A worker's share of a transfer: copySlices, then its bounds into the transfer's.
+  void copyShare(const Transfer& t);
+  void copySlices(const Transfer& t, CoordinateBounds& bounds);
   /// Spins (yielding) until ready() or an abort; false on abort.
   bool waitFor(const std::function<bool()>& ready) const;
   /// Returns once the DMAs of chunks 0..count-1 are done (false on abort). The worker holding a
@@ -111,7 +120,7 @@ private:
   std::atomic<std::int64_t> dmaDone_{ 0 };
   std::atomic<std::int64_t> copiedPieces_[slots];
   std::atomic<bool> abort_{ false };
-  std::mutex failureMutex_;
+  std::mutex failureMutex_; // also guards the transfer's bounds
   std::exception_ptr failure_;
 
   int device_ = -1;
