@@ -181,6 +181,7 @@ public:
     NG_CUDA_CHECK_LAUNCH("fillCandidates");
   }
   double cellSize() const override { return cellSize_; }
+  bool sortWeighsOne() const override { return true; } // particlesInOrder writes weights of one
   Particle* particles() override { return cells_.particleRegion(); }
   const std::int32_t* orderToInput() const override { return cells_.orderToInput(); }
   QuerySource querySource() override { return cellQuerySource(cells_.table(), particles(), orderToInput(), 1); }
