@@ -59,6 +59,26 @@ double EngineStagesMilliseconds(const char* runInfo)
   return sum;
 }
 
+/// The engine's progress reports of a run, and over all runs the time from each report to the
+/// next, by the stage the next one reports.
+struct ProgressIntervals
+{
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::pair<std::string, Clock::time_point>> reports; // the current run's
+  std::map<std::string, std::vector<double>> untilReport;
+
+  void Record(const std::string& stage, Clock::time_point when) { reports.emplace_back(stage, when); }
+  void EndRun()
+  {
+    for (std::size_t k = 1; k < reports.size(); ++k)
+    {
+      untilReport[reports[k].first].push_back(
+        std::chrono::duration<double, std::milli>(reports[k].second - reports[k - 1].second).count());
+    }
+    reports.clear();
+  }
+};
+
 /// Where an Update() of the filter spends its time: the executive before RequestData; the
 /// filter's own work before the engine starts, the engine (its first progress report to its
 /// last), the filter's own work after it; the executive after RequestData. The executive fires
@@ -66,13 +86,10 @@ double EngineStagesMilliseconds(const char* runInfo)
 /// starts and "done" when its results are in place.
 struct UpdatePhases
 {
-  using Clock = std::chrono::steady_clock;
+  using Clock = ProgressIntervals::Clock;
   Clock::time_point begin, start, engineStart, engineEnd, end;
   std::vector<double> before, filterBefore, engine, engineStages, filterAfter, after;
-  // The engine's progress reports of the current run, and the time from each to the next, by the
-  // stage the next one reports (over all runs).
-  std::vector<std::pair<std::string, Clock::time_point>> reports;
-  std::map<std::string, std::vector<double>> untilReport;
+  ProgressIntervals progress;
 
   static void Record(vtkObject* caller, unsigned long event, void* clientData, void*)
   {
@@ -101,7 +118,7 @@ struct UpdatePhases
         {
           self->engineEnd = now;
         }
-        self->reports.emplace_back(stage, now);
+        self->progress.Record(stage, now);
       }
     }
   }
@@ -117,11 +134,7 @@ struct UpdatePhases
     engineStages.push_back(EngineStagesMilliseconds(runInfo));
     filterAfter.push_back(ms(engineEnd, end));
     after.push_back(ms(end, finished));
-    for (std::size_t k = 1; k < reports.size(); ++k)
-    {
-      untilReport[reports[k].first].push_back(ms(reports[k - 1].second, reports[k].second));
-    }
-    reports.clear();
+    progress.EndRun();
   }
 };
 
@@ -153,6 +166,7 @@ int Headline(vtkPolyData* cloud, vtkPoints* points, int runs)
     array->SetNumberOfTuples(n);
     neighborgrid::Request fresh = request;
     fresh.density = array->GetPointer(0);
+    fresh.progress = nullptr; // not one of the kept array's progress reports
     engine.run(fresh);
     freshArray = array;
   };
@@ -160,21 +174,20 @@ int Headline(vtkPolyData* cloud, vtkPoints* points, int runs)
   engine.run(request);
   runIntoFreshArray();
   // The engine alone, the same progress reports timed.
-  UpdatePhases engineAlone;
+  ProgressIntervals engineAlone;
   request.progress = [&engineAlone](double, const char* stage) {
-    engineAlone.reports.emplace_back(stage, UpdatePhases::Clock::now());
+    engineAlone.Record(stage, ProgressIntervals::Clock::now());
     return true;
   };
   std::vector<double> filterTimes, engineTimes, freshTimes, engineStageSums;
   for (int k = 0; k < runs; ++k)
   {
     filter->Modified();
-    phases.reports.clear();
+    phases.progress.reports.clear(); // the warm-up's
     phases.begin = UpdatePhases::Clock::now();
     filter->Update();
     phases.Add(filter->GetLastRunInfo());
     filterTimes.push_back(std::chrono::duration<double, std::milli>(UpdatePhases::Clock::now() - phases.begin).count());
-    engineAlone.reports.clear();
     neighborgrid::Report report;
     engineTimes.push_back(MillisecondsOf([&] { report = engine.run(request); }));
     double stages = 0.0;
@@ -183,7 +196,7 @@ int Headline(vtkPolyData* cloud, vtkPoints* points, int runs)
       stages += stage.milliseconds;
     }
     engineStageSums.push_back(stages);
-    engineAlone.Add(nullptr);
+    engineAlone.EndRun();
     freshTimes.push_back(MillisecondsOf(runIntoFreshArray));
   }
   auto* output = vtkPolyData::SafeDownCast(filter->GetOutput());
@@ -202,7 +215,7 @@ int Headline(vtkPolyData* cloud, vtkPoints* points, int runs)
     Median(phases.engineStages), Median(phases.filterAfter), Median(phases.after), Median(freshTimes),
     Median(engineTimes));
   std::fprintf(stderr, "the engine's progress reports (medians, ms from the report before):");
-  for (const auto& entry : phases.untilReport)
+  for (const auto& entry : phases.progress.untilReport)
   {
     std::fprintf(stderr, " %s %.3f", entry.first.c_str(), Median(entry.second));
   }
