@@ -171,6 +171,11 @@ public:
   /// Whether prepareCoordinates makes the periodic images of `problem` itself (problem.box),
   /// where the points already are, instead of the host making them (Periodic.h).
   virtual bool makesPeriodicImages(const Problem&) const { return false; }
+  /// A request of more points than one run indexes (Slabs.h), its bounds not yet found, in slabs
+  /// cut and gathered where the backend holds every point at once (the GPU: ResidentSlabs.h).
+  /// False, before any output is written, where it cannot (an operation it does not take, too
+  /// little memory, a cloud it cannot cut along one axis): the slab layer then cuts on the host.
+  virtual bool runResidentSlabs(Problem&, int /*threads*/, Report&) { return false; }
 };
 
 /// Coordinate `axis` of point i in double, whichever precision the points are given in.

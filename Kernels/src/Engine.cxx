@@ -449,6 +449,13 @@ struct Engine::Impl
   /// kthQueries: Smoothing Length's queries, the first of the points (-1: all of them).
   Report runOnce(const Request& request, const detail::RadiusPass* radiusPass = nullptr, bool imagesByBackend = false,
     std::int64_t kthQueries = -1);
+  /// A validated open-box request of more points than one run takes, in slabs the backend cuts
+  /// where it holds every point (BackendImplementation::runResidentSlabs); false where it cannot.
+  bool runResidentSlabs(const Request& request, Report& report);
+  /// Runs `work` on `backend`; after a CUDA error that ended the process's CUDA context, the
+  /// error says so and what happens next.
+  template <class Work>
+  void guardBackend(Backend backend, Work&& work);
   /// Whether the backend makes a periodic request's images where the points are (Backend.h).
   bool backendMakesImages(const Request& request);
   /// Throws for a non-finite mass, particle volume or query point, naming the caller's point.
@@ -657,6 +664,35 @@ bool Engine::Impl::radiusTreeSearches(const Request& request)
   return backend == Backend::CUDA;
 }
 
+template <class Work>
+void Engine::Impl::guardBackend(Backend backend, Work&& work)
+{
+  try
+  {
+    work();
+  }
+  catch (const Aborted&)
+  {
+    throw;
+  }
+  catch (const Error& error)
+  {
+#if defined(NEIGHBORGRID_HAS_CUDA)
+    // ParaView keeps running after a failed filter: the next run must work, or say why not.
+    if (backend == Backend::CUDA && !detail::cudaContextHealthy())
+    {
+      // A sticky error (an illegal address, a failed launch) ends the CUDA context for good.
+      std::string next = detail::cudaMarkContextLost();
+      cuda.reset();
+      throw Error(std::string(error.what()) + ". " + next);
+    }
+#else
+    (void)backend;
+#endif
+    throw;
+  }
+}
+
 Report Engine::Impl::runOnce(
   const Request& request, const detail::RadiusPass* radiusPass, bool imagesByBackend, std::int64_t kthQueries)
 {
@@ -676,36 +712,37 @@ Report Engine::Impl::runOnce(
     problem.box = detail::periodicBoxOfParticles(request);
   }
   report.neighborPairs = -1;
-  try
-  {
+  guardBackend(backend, [&] {
     detail::Timer timer;
     implementation.prepareCoordinates(problem.input, threads, problem);
     detail::addStage(report, "coordinates", timer.milliseconds());
     implementation.run(problem, report);
-  }
-  catch (const Aborted&)
-  {
-    throw;
-  }
-  catch (const Error& error)
-  {
-#if defined(NEIGHBORGRID_HAS_CUDA)
-    // ParaView keeps running after a failed filter: the next run must work, or say why not.
-    if (backend == Backend::CUDA && !detail::cudaContextHealthy())
-    {
-      // A sticky error (an illegal address, a failed launch) ends the CUDA context for good.
-      std::string next = detail::cudaMarkContextLost();
-      cuda.reset();
-      throw Error(std::string(error.what()) + ". " + next);
-    }
-#endif
-    throw;
-  }
+  });
   report.backend = backend;
   report.periodicImages = problem.images;
   progress(1.0, "done");
   return report;
 }
+
+bool Engine::Impl::runResidentSlabs(const Request& request, Report& report)
+{
+  Backend backend;
+  detail::BackendImplementation& implementation = backendFor(request, backend, report.backendReason);
+  const detail::ProgressReporter progress(request.progress);
+  progress(0.0, "prepare");
+  detail::Problem problem = makeProblem(request, progress);
+  problem.kthQueries = request.points.count;
+  report.neighborPairs = -1;
+  bool ran = false;
+  guardBackend(backend, [&] { ran = implementation.runResidentSlabs(problem, threads, report); });
+  if (ran)
+  {
+    report.backend = backend;
+    progress(1.0, "done");
+  }
+  return ran;
+}
+
 
 void Engine::Impl::checkInputs(const Request& request) const
 {
@@ -771,7 +808,9 @@ detail::SlabBackend Engine::Impl::slabBackendFor(
 Report Engine::Impl::runOpen(const Request& request)
 {
   checkInputs(request);
-  return detail::runFitting(request, slabBackendFor(request, [this](const Request& piece) { return runOnce(piece); }));
+  detail::SlabBackend slabs = slabBackendFor(request, [this](const Request& piece) { return runOnce(piece); });
+  slabs.runResident = [this](const Request& whole, Report& report) { return runResidentSlabs(whole, report); };
+  return detail::runFitting(request, slabs);
 }
 
 Report Engine::Impl::runRadiusLayer(const Request& request)

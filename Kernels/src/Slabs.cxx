@@ -17,6 +17,8 @@
 // radii (Request::radii) the halo is as wide as the largest radius and each slab runs the radius
 // layer (Radii.h) on its points.
 //
+// Where every point fits the device at once, a request of more points than a run takes is cut
+// and gathered there instead (SlabBackend::runResident, cuda/ResidentSlabs.h).
 // Overlap: a helper thread gathers the next slab's points and arrays and scatters the last
 // slab's results while the backend works on the current slab (for CUDA: its upload, sort,
 // search and download).
@@ -34,6 +36,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <future>
@@ -54,11 +57,6 @@ namespace detail
 namespace
 {
 
-/// Beyond R: the double pair test may accept a pair a few units in the last place beyond R.
-double haloMargin(double face, double radius)
-{
-  return radius * (1.0 + 1e-9) + 1e-12 * std::fabs(face);
-}
 
 struct Box
 {
@@ -1128,7 +1126,7 @@ int slabsFor(const Request& r, const SlabBackend& backend, double lo[3], double 
       << " points in one run. Raise the memory limit";
     throw Error(s.str());
   }
-  const double perRun = 0.9 * double(maxPointsPerRun);
+  const double perRun = 0.9 * double(pointsPerRun());
   const double slabs = std::max({ 2.0, std::ceil(perShare / (usable - fixed)),
     std::ceil(double(particles.count) / perRun), std::ceil(double(queries) / perRun) });
   // Slabs thinner than 2R (R: the halo's width) would each run with more halo than points of their own.
@@ -1207,27 +1205,47 @@ Report runPieces(const Request& r, const SlabBackend& backend, double base, doub
 
 } // namespace
 
+double haloMargin(double face, double radius)
+{
+  return radius * (1.0 + 1e-9) + 1e-12 * std::fabs(face);
+}
+
+std::int64_t pointsPerRun()
+{
+  const char* knob = std::getenv("NEIGHBORGRID_TEST_POINTS_PER_RUN");
+  const long long asked = knob ? std::atoll(knob) : 0;
+  return asked > 0 ? std::min<std::int64_t>(asked, maxPointsPerRun) : maxPointsPerRun;
+}
+
 Report runFitting(const Request& r, const SlabBackend& backend, double progressBase, double progressSpan)
 {
   const bool separate = hasSeparateSource(r);
   const std::int64_t particles = separate ? r.source.count : r.points.count;
   const std::int64_t queries = queryCount(r);
-  if (particles <= maxPointsPerRun && queries <= maxPointsPerRun)
+  Request once = r;
+  if (r.progress && (progressBase != 0.0 || progressSpan != 1.0))
+  {
+    once.progress = [&r, progressBase, progressSpan](double fraction, const char* stage) {
+      return r.progress(progressBase + progressSpan * fraction, stage);
+    };
+  }
+  if (particles <= pointsPerRun() && queries <= pointsPerRun())
   {
     try
     {
-      Request once = r;
-      if (r.progress && (progressBase != 0.0 || progressSpan != 1.0))
-      {
-        once.progress = [&r, progressBase, progressSpan](double fraction, const char* stage) {
-          return r.progress(progressBase + progressSpan * fraction, stage);
-        };
-      }
       return backend.runOnce(once);
     }
     catch (const DoesNotFit&)
     {
       // Checked before any output was written: cut it into slabs.
+    }
+  }
+  else if (backend.runResident && !separate)
+  {
+    Report report;
+    if (backend.runResident(once, report))
+    {
+      return report;
     }
   }
   return runPieces(r, backend, progressBase, progressSpan);

@@ -33,6 +33,15 @@ inline std::int64_t queryCount(const Request& r)
 /// Points in one run of a backend (int32 indices on the device and in the CPU's sort).
 constexpr std::int64_t maxPointsPerRun = std::numeric_limits<std::int32_t>::max() - 1;
 
+/// How far outside a slab's face at `face` its halo reaches: R, and beyond it the few units in
+/// the last place by which the double pair test may accept a pair.
+double haloMargin(double face, double radius);
+
+/// The points a run takes before the slab layer cuts a request: maxPointsPerRun, or fewer where
+/// the testing knob NEIGHBORGRID_TEST_POINTS_PER_RUN says so (a request of a million points then
+/// takes the paths of billions).
+std::int64_t pointsPerRun();
+
 /// A backend's memory check failed, before any output was written: the slab layer cuts the
 /// request smaller; a caller that cannot sees an ordinary Error with this message.
 class DoesNotFit : public Error
@@ -55,6 +64,9 @@ struct SlabBackend
   std::function<std::int64_t(const Request&, const double lo[3], const double hi[3])> bytesNeeded;
   /// The bytes one run can have (the device's free memory or the engine's limit).
   std::function<std::int64_t()> bytesAvailable;
+  /// Optional: a request of more than pointsPerRun() particles in slabs the backend cuts where
+  /// it holds every point (BackendImplementation::runResidentSlabs); false where it cannot.
+  std::function<bool(const Request&, Report&)> runResident;
 };
 
 /// Runs a validated open-box request: in one run of the backend where it fits, else in slabs

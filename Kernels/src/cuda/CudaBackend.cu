@@ -26,6 +26,7 @@
 #include "Queries.cuh"
 #include "PeriodicImages.h"
 #include "RadiusTree.h"
+#include "ResidentSlabs.h"
 #include "TransferRing.h"
 
 #include <cub/block/block_reduce.cuh>
@@ -768,7 +769,12 @@ public:
   /// once a run: fresh arrays would otherwise fault page by page in the download.
   void faultInResultPages()
   {
-    if (resultPagesFaultedIn_)
+    if (slab_ && !slab_->pagesFaultedIn)
+    {
+      slab_->pagesFaultedIn = true; // the caller's whole array, during the first slab's search
+      transfers_.faultIn(slab_->callerResults, slab_->resultBytes);
+    }
+    if (resultPagesFaultedIn_ || slab_)
     {
       return;
     }
@@ -781,6 +787,11 @@ public:
 
   void finishOutputs()
   {
+    if (slab_)
+    {
+      keepSlabResults();
+      return;
+    }
     const Problem& p = *problem_;
     const std::size_t n = static_cast<std::size_t>(p.returnedCount()); // not the images' results
     const std::vector<ResultDownload> downloads = resultDownloads();
@@ -804,7 +815,211 @@ public:
   }
 
 
+  /// Resident slabs (ResidentSlabs.h): Neighbor Count and Density (any masses) of particles that
+  /// are their own queries, every point, its mass and its result on the device at once, with a
+  /// run of a slab beside them; no engine memory limit (it would not see the resident arrays).
+  bool runResidentSlabs(Problem& whole, int threads, Report& report) override
+  {
+    NG_CUDA_CHECK(cudaSetDevice(device_.id), "cudaSetDevice");
+    const bool takes = (whole.operation == Operation::NeighborCount || whole.operation == Operation::Density) &&
+      !whole.queries.separate && !whole.radiusPass && !whole.imagesByBackend && !whole.valid && memoryLimit_ == 0;
+    if (!takes)
+    {
+      return false;
+    }
+    const std::int64_t n = whole.count;
+    const std::int64_t element = whole.input.type == ScalarType::Float64 ? 8 : 4;
+    const bool masses = whole.usesMass() && whole.mass;
+    const std::int64_t resident = (3 * element + 4 + (masses ? 4 : 0)) * n;
+    pool_.releaseAll();
+    inputPool_.releaseAll();
+    if (resident > 0.7 * double(bytesAvailable()))
+    {
+      return false; // the host's slabs
+    }
+    struct Release // the resident arrays go back however this ends
+    {
+      DevicePool& pool;
+      ~Release() { pool.releaseAll(); }
+    } release{ residentPool_ };
+    ActiveSlab active;
+    active.wholeResults = wholeResults_.ensure(std::size_t(n), "every point's results");
+    uploadWhole(whole, threads, report);
+    const SlabCuts cuts = cutResidentSlabs(whole, report);
+    if (cuts.cuts.empty())
+    {
+      return false;
+    }
+    active.wholeMass = masses ? wholeMass_.get() : nullptr;
+    active.callerResults = whole.operation == Operation::NeighborCount ? static_cast<void*>(whole.neighborCount)
+                                                                         : static_cast<void*>(whole.density);
+    active.resultBytes = 4 * std::size_t(n);
+    try
+    {
+      for (int s = 0; s < cuts.slabs(); ++s)
+      {
+        runResidentSlab(whole, cuts, s, active, report);
+      }
+    }
+    catch (const DoesNotFit&)
+    {
+      slab_ = nullptr;
+      return false; // no output written yet: the host's slabs
+    }
+    catch (...)
+    {
+      slab_ = nullptr;
+      throw;
+    }
+    (*whole.progress)(0.95, "download");
+    Timer timer;
+    transfers_.download(active.callerResults, active.wholeResults, active.resultBytes, stream_, "downloading results");
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "waiting for the results");
+    addStage(report, "download", timer.milliseconds());
+    report.pairsDecidedInDouble = std::int64_t(active.decided);
+    if (whole.operation == Operation::NeighborCount)
+    {
+      report.neighborPairs =
+        parallelSum(std::max(1, std::min(threads, 16)), whole.neighborCount, n);
+    }
+    return true;
+  }
+
 private:
+  /// Where a resident slab's run keeps its results (finishOutputs) and finds its masses.
+  struct ActiveSlab
+  {
+    const std::int64_t* indices = nullptr; // input index of each of the slab's points
+    std::int64_t own = 0;                  // the slab's own points, first
+    const float* wholeMass = nullptr;
+    std::uint32_t* wholeResults = nullptr; // every point's result (a count or a density)
+    void* callerResults = nullptr;
+    std::size_t resultBytes = 0;
+    bool pagesFaultedIn = false;
+    unsigned long long decided = 0;
+  };
+
+  /// Every coordinate (the ring finds their bounds) and mass up once.
+  void uploadWhole(Problem& whole, int threads, Report& report)
+  {
+    const std::int64_t n = whole.count;
+    const bool isDouble = whole.input.type == ScalarType::Float64;
+    Timer timer;
+    (*whole.progress)(0.0, "uploading coordinates");
+    char* raw = wholeXyz_.ensure(3 * std::size_t(n) * (isDouble ? 8 : 4), "every point's coordinates");
+    CoordinateBounds bounds;
+    transfers_.uploadCoordinates(raw, whole.input.xyz, n, isDouble, stream_, "uploading coordinates", bounds);
+    if (!bounds.allFinite)
+    {
+      findBoundsOnHost(whole.input, threads, whole.lo, whole.hi); // names the first non-finite point
+      throw Error("NeighborGrid: a coordinate is not finite");
+    }
+    std::copy(bounds.lo, bounds.lo + 3, whole.lo);
+    std::copy(bounds.hi, bounds.hi + 3, whole.hi);
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "uploading coordinates");
+    addStage(report, "coordinates", timer.milliseconds());
+    if (whole.usesMass() && whole.mass)
+    {
+      Timer masses;
+      transfers_.upload(wholeMass_.ensure(std::size_t(n), "every point's mass"), whole.mass, 4 * std::size_t(n),
+        stream_, "uploading masses");
+      NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "uploading masses");
+      addStage(report, "upload", masses.milliseconds());
+    }
+    (*whole.progress)(0.1, "uploading coordinates");
+  }
+
+  /// Cuts along the longest axis, from a histogram made on the device, into slabs whose runs
+  /// (with the resident arrays) fit the device's memory. No cuts where none does.
+  SlabCuts cutResidentSlabs(const Problem& whole, Report& report)
+  {
+    Timer timer;
+    int axis = 0;
+    for (int a = 1; a < 3; ++a)
+    {
+      axis = whole.hi[a] - whole.lo[a] > whole.hi[axis] - whole.lo[axis] ? a : axis;
+    }
+    // The memory a run needs a point, coordinates included, with the slab's input indices: a
+    // probe of a slab's size and the whole's density.
+    Problem probe = whole;
+    probe.count = std::min(whole.count, pointsPerRun());
+    probe.hi[axis] = whole.lo[axis] + (whole.hi[axis] - whole.lo[axis]) * double(probe.count) / double(whole.count);
+    const double perPoint = double(bytesNeeded(probe)) / double(probe.count) + 8.0;
+    const double fits = 0.9 * double(bytesAvailable()) / perPoint;
+    const std::uint64_t capacity = static_cast<std::uint64_t>(std::max(0.0, std::min(double(pointsPerRun()), fits)));
+    const AxisHistogram histogram = slabGather_.histogram(wholeXyz_.get(), whole.input.type == ScalarType::Float64,
+      whole.count, axis, whole.lo[axis], whole.hi[axis], 8192, device_.multiprocessors, stream_);
+    SlabCuts cuts = cutSlabs(histogram, haloMargin(whole.hi[axis], whole.radius), capacity, 1024);
+    cutAxis_ = axis;
+    addStage(report, "slab gathers", timer.milliseconds());
+    return cuts;
+  }
+
+  /// Slab s: its points gathered on the device, its run, its own points' results kept.
+  void runResidentSlab(const Problem& whole, const SlabCuts& cuts, int s, ActiveSlab& active, Report& report)
+  {
+    Timer timer;
+    const double inf = std::numeric_limits<double>::infinity();
+    const bool isDouble = whole.input.type == ScalarType::Float64;
+    SlabRange range;
+    range.axis = cutAxis_;
+    range.lower = s == 0 ? -inf : cuts.cuts[s - 1];
+    range.upper = s + 1 == cuts.slabs() ? inf : cuts.cuts[s];
+    range.haloLower = s == 0 ? -inf : range.lower - haloMargin(range.lower, whole.radius);
+    range.haloUpper = s + 1 == cuts.slabs() ? inf : range.upper + haloMargin(range.upper, whole.radius);
+    const SlabCounts counts = slabGather_.count(wholeXyz_.get(), isDouble, whole.count, range, stream_);
+    if (counts.total() > maxPointsPerRun)
+    {
+      throw Error("NeighborGrid: a resident slab holds " + std::to_string(counts.total()) +
+        " points, more than a run takes (its histogram's bound was " + std::to_string(cuts.most[s]) + ")");
+    }
+    const std::size_t m = std::size_t(counts.total());
+    char* slabXyz = static_cast<char*>(deviceRaw_.ensureBytes(3 * m * (isDouble ? 8 : 4), "the slab's coordinates"));
+    active.indices = slabIndices_.ensure(std::max<std::size_t>(1, m), "the slab's input indices");
+    active.own = counts.own;
+    slabGather_.write(wholeXyz_.get(), isDouble, whole.count, range, slabXyz, slabIndices_.get(), stream_);
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "gathering the slab's points");
+    addStage(report, "slab gathers", timer.milliseconds());
+    report.slabs = cuts.slabs();
+    report.slabHaloPoints += counts.halo;
+    if (m == 0)
+    {
+      return;
+    }
+    Problem slab = whole;
+    slab.count = std::int64_t(m);
+    slab.input.count = slab.count;
+    slab.lo[range.axis] = std::max(whole.lo[range.axis], range.haloLower);
+    slab.hi[range.axis] = std::min(whole.hi[range.axis], range.haloUpper);
+    const double base = 0.1 + 0.85 * s / cuts.slabs(), span = 0.85 / cuts.slabs();
+    const ProgressReporter& wholeProgress = *whole.progress;
+    const ProgressCallback inSlab = [&](double fraction, const char* stage) {
+      wholeProgress(base + span * fraction, stage);
+      return true;
+    };
+    const ProgressReporter slabProgress(inSlab);
+    slab.progress = &slabProgress;
+    input_ = InputPoints{ slabXyz, isDouble };
+    slab_ = &active;
+    run(slab, report);
+    slab_ = nullptr;
+  }
+
+  /// finishOutputs of a resident slab: its own points' results into every point's.
+  void keepSlabResults()
+  {
+    const std::vector<ResultDownload> downloads = resultDownloads();
+    unsigned long long decided = 0;
+    NG_CUDA_CHECK(cudaMemcpyAsync(&decided, run_.decided, sizeof decided, cudaMemcpyDeviceToHost, stream_),
+      "reading the decision counter");
+    cudaEvent_t begin = mark();
+    scatterSlabResults(static_cast<const std::uint32_t*>(downloads.at(0).device), 1, slab_->own, slab_->indices,
+      slab_->wholeResults, stream_);
+    stage("slab gathers", begin, mark());
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "keeping the slab's results");
+    slab_->decided += decided;
+  }
+
   CudaMethod* methodFor(Method method)
   {
     auto& slot = methods_[static_cast<int>(method)];
@@ -1062,7 +1277,11 @@ private:
     const Problem& p = *problem_;
     const std::size_t n = static_cast<std::size_t>(p.count); // with the periodic images made here
     const std::size_t given = n - static_cast<std::size_t>(p.images);
-    if (p.usesMass() && p.mass)
+    if (p.usesMass() && p.mass && slab_)
+    {
+      gatherSlabValues(slab_->wholeMass, std::int64_t(n), slab_->indices, mass_.ensure(n, "masses"), stream_);
+    }
+    else if (p.usesMass() && p.mass)
     {
       float* mass = mass_.ensure(n, "masses");
       transfers_.upload(mass, p.mass, given * sizeof(float), stream_, "uploading masses");
@@ -1201,6 +1420,15 @@ private:
   std::unique_ptr<CudaMethod> methods_[8];
   CudaKthNeighbor kth_{ pool_ };
   CudaRadiusTree tree_{ pool_ };
+  // Resident slabs: held for one request only, and outside the pools a run may release.
+  DevicePool residentPool_;
+  DeviceBuffer<char> wholeXyz_{ residentPool_ };
+  DeviceBuffer<float> wholeMass_{ residentPool_ };
+  DeviceBuffer<std::uint32_t> wholeResults_{ residentPool_ };
+  DeviceBuffer<std::int64_t> slabIndices_{ residentPool_ };
+  DeviceSlabGather slabGather_{ residentPool_ };
+  ActiveSlab* slab_ = nullptr; // the resident slab being run, if any
+  int cutAxis_ = 0;
 };
 
 } // namespace
