@@ -487,7 +487,8 @@ std::vector<float> uniformCloud(std::int64_t n, double scene, std::uint64_t seed
 
 /// --slabs=N: density of N uniform random points (box 90 (N / 4M)^(1/3), R = 1.5, about 80
 /// neighbors), Auto, in one Engine::run that cuts it into slabs where it does not fit (N above
-/// 2^31 - 2, or --memory-limit=BYTES). Checked: every density written and positive, and the points
+/// 2^31 - 2, or --memory-limit=BYTES). On the GPU, N above 2^31 - 2 runs in resident slabs
+/// (cut on the device) where they fit, and in the host's slabs under --memory-limit. Checked: every density written and positive, and the points
 /// of three boxes of side 8 that straddle the slab cuts against a run on those boxes alone (with
 /// their points within R), to 1e-5. CSV: device,table,n,scene,radius,operation,method,median_ms,
 /// end_to_end_ms,slabs,slab_halo_points,checked_points,max_relative_difference
