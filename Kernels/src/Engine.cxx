@@ -731,7 +731,6 @@ bool Engine::Impl::runResidentSlabs(const Request& request, Report& report)
   const detail::ProgressReporter progress(request.progress);
   progress(0.0, "prepare");
   detail::Problem problem = makeProblem(request, progress);
-  problem.kthQueries = request.points.count;
   report.neighborPairs = -1;
   bool ran = false;
   guardBackend(backend, [&] { ran = implementation.runResidentSlabs(problem, threads, report); });
