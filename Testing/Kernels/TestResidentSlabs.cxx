@@ -3,7 +3,9 @@
 // points a run takes, so that a cloud of a few hundred thousand points takes the path of billions.
 //  - SlabCuts.*: the cuts chosen from a histogram (host code, every backend): every slab with its
 //    halo, counted exactly by the slab rule, holds no more than its bound and the capacity.
-//  - EngineResidentSlabs.*: the CUDA backend's runs against one run of the same engine.
+//  - EngineResidentSlabs.*: the CUDA backend's runs against one run of the same engine: count,
+//    density, Shepard and SPH smoothing; what it does not take (a probe, a cloud it cannot cut)
+//    in the host's slabs; a non-finite coordinate.
 #include "Clouds.h"
 #include "SlabCuts.h"
 
@@ -213,6 +215,48 @@ TEST(EngineResidentSlabs, CountsAndDensitiesMatchOneRun)
   }
 }
 
+TEST(EngineResidentSlabs, SmoothingMatchesOneRun)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "resident slabs are the CUDA backend's";
+  }
+  const std::int64_t n = 250000;
+  for (const bool sph : { false, true })
+  {
+    const ngtest::Cloud cloud = ngtest::makeCloud(sph ? "clustered" : "uniform", n, 40.0, 31, !sph);
+    SCOPED_TRACE(cloud.name + (sph ? ", SPH (a density pass, then the sums with volumes)" : ", Shepard"));
+    Request r;
+    r.points = cloud.points();
+    r.radius = sph ? 0.7 : 1.1;
+    r.backend = backendUnderTest;
+    r.operation = Operation::Smoothing;
+    r.normalization = sph ? Normalization::SPH : Normalization::Shepard;
+    r.mass = sph ? cloud.mass.data() : nullptr;
+    std::vector<float> want3(3 * n, -1.0f), want1(n, -1.0f), got3(3 * n, -2.0f), got1(n, -2.0f);
+    r.smoothed = { SmoothedArray{ cloud.vector3.data(), 3, want3.data() }, SmoothedArray{ cloud.scalar.data(), 1, want1.data() } };
+    Engine engine;
+    ASSERT_EQ(engine.run(r).slabs, 1);
+    r.smoothed[0].output = got3.data();
+    r.smoothed[1].output = got1.data();
+    PointsPerRun knob(n / 3);
+    const Report report = engine.run(r);
+    EXPECT_GE(report.slabs, 4);
+    EXPECT_TRUE(hasStage(report, "slab gathers")) << "the resident slabs did not run";
+    EXPECT_FALSE(hasStage(report, "slabs: host gather")) << "the host's slabs gathered";
+    std::int64_t far = 0;
+    for (std::int64_t k = 0; k < 3 * n; ++k)
+    {
+      far += !(std::fabs(got3[k] - want3[k]) <= 1e-5 * std::max(1.0f, std::fabs(want3[k])));
+    }
+    for (std::int64_t k = 0; k < n; ++k)
+    {
+      far += !(std::fabs(got1[k] - want1[k]) <= 1e-5 * std::max(1.0f, std::fabs(want1[k])));
+    }
+    EXPECT_EQ(far, 0) << "smoothed values beyond 1e-5 of one run's";
+  }
+}
+
 TEST(EngineResidentSlabs, WhatItCannotTakeRunsInTheHostsSlabs)
 {
   if (backendUnderTest != Backend::CUDA)
@@ -239,13 +283,18 @@ TEST(EngineResidentSlabs, WhatItCannotTakeRunsInTheHostsSlabs)
   for (int which = 0; which < 2; ++which)
   {
     const ngtest::Cloud& cloud = which == 0 ? plane : uniform;
-    SCOPED_TRACE(which == 0 ? "a dense plane, count" : "Shepard smoothing");
+    SCOPED_TRACE(which == 0 ? "a dense plane, count" : "density at query points (a probe)");
     Request r;
     r.points = cloud.points();
     r.radius = 1.0;
     r.backend = backendUnderTest;
     std::vector<std::int32_t> counts(n, -1), wantCounts(n, -2);
-    std::vector<float> smoothed(3 * n, -1.0f), wantSmoothed(3 * n, -2.0f);
+    std::vector<float> density(n, -1.0f), wantDensity(n, -2.0f);
+    std::vector<float> queries(cloud.xyzFloat.begin(), cloud.xyzFloat.end());
+    for (float& q : queries)
+    {
+      q += 0.25f; // the probe's points beside the particles
+    }
     if (which == 0)
     {
       r.operation = Operation::NeighborCount;
@@ -253,9 +302,10 @@ TEST(EngineResidentSlabs, WhatItCannotTakeRunsInTheHostsSlabs)
     }
     else
     {
-      r.operation = Operation::Smoothing;
-      r.normalization = Normalization::Shepard;
-      r.smoothed = { SmoothedArray{ cloud.vector3.data(), 3, wantSmoothed.data() } };
+      r.operation = Operation::Density;
+      r.source = cloud.points();
+      r.points = Points(queries.data(), n);
+      r.density = wantDensity.data();
     }
     Engine engine;
     ASSERT_EQ(engine.run(r).slabs, 1);
@@ -266,7 +316,7 @@ TEST(EngineResidentSlabs, WhatItCannotTakeRunsInTheHostsSlabs)
     }
     else
     {
-      r.smoothed[0].output = smoothed.data();
+      r.density = density.data();
     }
     const Report report = engine.run(r);
     EXPECT_GE(report.slabs, 2);
@@ -279,9 +329,9 @@ TEST(EngineResidentSlabs, WhatItCannotTakeRunsInTheHostsSlabs)
     else
     {
       std::int64_t far = 0;
-      for (std::int64_t k = 0; k < 3 * n; ++k)
+      for (std::int64_t k = 0; k < n; ++k)
       {
-        far += !(std::fabs(smoothed[k] - wantSmoothed[k]) <= 1e-5 * std::max(1.0f, std::fabs(wantSmoothed[k])));
+        far += !(std::fabs(density[k] - wantDensity[k]) <= 1e-5 * std::fabs(wantDensity[k]));
       }
       EXPECT_EQ(far, 0);
     }

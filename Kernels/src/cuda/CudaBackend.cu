@@ -771,8 +771,11 @@ public:
   {
     if (slab_ && !slab_->pagesFaultedIn)
     {
-      slab_->pagesFaultedIn = true; // the caller's whole array, during the first slab's search
-      transfers_.faultIn(slab_->callerResults, slab_->resultBytes);
+      slab_->pagesFaultedIn = true; // the caller's whole arrays, during the first slab's search
+      for (const CallerResult& r : slab_->results)
+      {
+        transfers_.faultIn(r.caller, r.bytes(wholeCount_));
+      }
     }
     if (resultPagesFaultedIn_ || slab_)
     {
@@ -815,22 +818,37 @@ public:
   }
 
 
-  /// Resident slabs (ResidentSlabs.h): Neighbor Count and Density (any masses) of particles that
-  /// are their own queries, every point, its mass and its result on the device at once, with a
-  /// run of a slab beside them; no engine memory limit (it would not see the resident arrays).
+  /// Resident slabs (ResidentSlabs.h): Neighbor Count, Density and Kernel Smoothing (Shepard, or
+  /// SPH with the particle volumes given: the slab layer's second pass) of particles that are
+  /// their own queries, every point's coordinates, masses, values and results on the device at
+  /// once beside a run of a slab; no engine memory limit (it would not see the resident arrays).
   bool runResidentSlabs(Problem& whole, int threads, Report& report) override
   {
     NG_CUDA_CHECK(cudaSetDevice(device_.id), "cudaSetDevice");
-    const bool takes = (whole.operation == Operation::NeighborCount || whole.operation == Operation::Density) &&
+    const bool smoothing = whole.operation == Operation::Smoothing &&
+      (whole.normalization == Normalization::Shepard || whole.sphWeightsGiven);
+    const bool takes = (whole.operation == Operation::NeighborCount || whole.operation == Operation::Density || smoothing) &&
       !whole.queries.separate && !whole.radiusPass && !whole.imagesByBackend && !whole.valid && memoryLimit_ == 0;
     if (!takes)
     {
       return false;
     }
     const std::int64_t n = whole.count;
-    const std::int64_t element = whole.input.type == ScalarType::Float64 ? 8 : 4;
+    wholeCount_ = n;
+    ActiveSlab active;
+    active.results = callerResults(whole);
+    std::int64_t resultWords = 0, valueWords = 0;
+    for (const CallerResult& r : active.results)
+    {
+      resultWords += r.words;
+    }
+    for (std::size_t a = 0; smoothing && a < whole.smoothed->size(); ++a)
+    {
+      valueWords += (*whole.smoothed)[a].components;
+    }
     const bool masses = whole.usesMass() && whole.mass;
-    const std::int64_t resident = (3 * element + 4 + (masses ? 4 : 0)) * n;
+    const std::int64_t element = whole.input.type == ScalarType::Float64 ? 8 : 4;
+    const std::int64_t resident = (3 * element + 4 * (resultWords + valueWords + (masses ? 1 : 0))) * n;
     pool_.releaseAll();
     inputPool_.releaseAll();
     if (resident > 0.7 * double(bytesAvailable()))
@@ -842,18 +860,18 @@ public:
       DevicePool& pool;
       ~Release() { pool.releaseAll(); }
     } release{ residentPool_ };
-    ActiveSlab active;
-    active.wholeResults = wholeResults_.ensure(std::size_t(n), "every point's results");
-    uploadWhole(whole, threads, report);
+    std::uint32_t* results = wholeResults_.ensure(std::size_t(n * resultWords), "every point's results");
+    for (CallerResult& r : active.results)
+    {
+      r.whole = results;
+      results += std::size_t(n) * std::size_t(r.words);
+    }
+    uploadWhole(whole, threads, active, report);
     const SlabCuts cuts = cutResidentSlabs(whole, report);
     if (cuts.cuts.empty())
     {
       return false;
     }
-    active.wholeMass = masses ? wholeMass_.get() : nullptr;
-    active.callerResults = whole.operation == Operation::NeighborCount ? static_cast<void*>(whole.neighborCount)
-                                                                         : static_cast<void*>(whole.density);
-    active.resultBytes = 4 * std::size_t(n);
     try
     {
       for (int s = 0; s < cuts.slabs(); ++s)
@@ -873,34 +891,63 @@ public:
     }
     (*whole.progress)(0.95, "download");
     Timer timer;
-    transfers_.download(active.callerResults, active.wholeResults, active.resultBytes, stream_, "downloading results");
+    for (const CallerResult& r : active.results)
+    {
+      transfers_.download(r.caller, r.whole, r.bytes(n), stream_, "downloading results");
+    }
     NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "waiting for the results");
     addStage(report, "download", timer.milliseconds());
     report.pairsDecidedInDouble = std::int64_t(active.decided);
     if (whole.operation == Operation::NeighborCount)
     {
-      report.neighborPairs =
-        parallelSum(std::max(1, std::min(threads, 16)), whole.neighborCount, n);
+      report.neighborPairs = parallelSum(std::max(1, std::min(threads, 16)), whole.neighborCount, n);
     }
     return true;
   }
 
 private:
-  /// Where a resident slab's run keeps its results (finishOutputs) and finds its masses.
+  /// A caller's result array in resident slabs: 4-byte words per point, and every point's results
+  /// on the device.
+  struct CallerResult
+  {
+    void* caller = nullptr;
+    int words = 1;
+    std::uint32_t* whole = nullptr;
+    std::size_t bytes(std::int64_t n) const { return std::size_t(n) * std::size_t(words) * 4; }
+  };
+  /// The caller's result arrays of `p`, in the order of resultDownloads().
+  static std::vector<CallerResult> callerResults(const Problem& p)
+  {
+    std::vector<CallerResult> results;
+    if (p.operation == Operation::NeighborCount)
+    {
+      results.push_back({ p.neighborCount, 1 });
+    }
+    if (p.density && p.operation != Operation::NeighborCount)
+    {
+      results.push_back({ p.density, 1 });
+    }
+    for (std::size_t a = 0; p.operation == Operation::Smoothing && a < p.smoothed->size(); ++a)
+    {
+      results.push_back({ (*p.smoothed)[a].output, (*p.smoothed)[a].components });
+    }
+    return results;
+  }
+
+  /// Where a resident slab's run keeps its results (finishOutputs) and finds its inputs.
   struct ActiveSlab
   {
     const std::int64_t* indices = nullptr; // input index of each of the slab's points
     std::int64_t own = 0;                  // the slab's own points, first
     const float* wholeMass = nullptr;
-    std::uint32_t* wholeResults = nullptr; // every point's result (a count or a density)
-    void* callerResults = nullptr;
-    std::size_t resultBytes = 0;
+    std::vector<const float*> wholeValues; // every point's values of each array to smooth
+    std::vector<CallerResult> results;
     bool pagesFaultedIn = false;
     unsigned long long decided = 0;
   };
 
-  /// Every coordinate (the ring finds their bounds) and mass up once.
-  void uploadWhole(Problem& whole, int threads, Report& report)
+  /// Every coordinate (the ring finds their bounds), mass and value to smooth up once.
+  void uploadWhole(Problem& whole, int threads, ActiveSlab& active, Report& report)
   {
     const std::int64_t n = whole.count;
     const bool isDouble = whole.input.type == ScalarType::Float64;
@@ -918,14 +965,30 @@ private:
     std::copy(bounds.hi, bounds.hi + 3, whole.hi);
     NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "uploading coordinates");
     addStage(report, "coordinates", timer.milliseconds());
+    Timer arrays;
     if (whole.usesMass() && whole.mass)
     {
-      Timer masses;
-      transfers_.upload(wholeMass_.ensure(std::size_t(n), "every point's mass"), whole.mass, 4 * std::size_t(n),
-        stream_, "uploading masses");
-      NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "uploading masses");
-      addStage(report, "upload", masses.milliseconds());
+      active.wholeMass = wholeMass_.ensure(std::size_t(n), "every point's mass");
+      transfers_.upload(wholeMass_.get(), whole.mass, 4 * std::size_t(n), stream_, "uploading masses");
     }
+    if (whole.operation == Operation::Smoothing)
+    {
+      std::size_t words = 0;
+      for (const SmoothedArray& a : *whole.smoothed)
+      {
+        words += std::size_t(n) * std::size_t(a.components);
+      }
+      float* values = wholeValues_.ensure(words, "every point's values to smooth");
+      for (const SmoothedArray& a : *whole.smoothed)
+      {
+        transfers_.upload(values, a.values, 4 * std::size_t(n) * std::size_t(a.components), stream_,
+          "uploading arrays to smooth");
+        active.wholeValues.push_back(values);
+        values += std::size_t(n) * std::size_t(a.components);
+      }
+    }
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "uploading arrays");
+    addStage(report, "upload", arrays.milliseconds());
     (*whole.progress)(0.1, "uploading coordinates");
   }
 
@@ -1012,9 +1075,16 @@ private:
     unsigned long long decided = 0;
     NG_CUDA_CHECK(cudaMemcpyAsync(&decided, run_.decided, sizeof decided, cudaMemcpyDeviceToHost, stream_),
       "reading the decision counter");
+    if (downloads.size() != slab_->results.size())
+    {
+      throw Error("NeighborGrid: internal error: a resident slab's results do not match the caller's arrays");
+    }
     cudaEvent_t begin = mark();
-    scatterSlabResults(static_cast<const std::uint32_t*>(downloads.at(0).device), 1, slab_->own, slab_->indices,
-      slab_->wholeResults, stream_);
+    for (std::size_t a = 0; a < downloads.size(); ++a)
+    {
+      scatterSlabWords(static_cast<const std::uint32_t*>(downloads[a].device), slab_->results[a].words, slab_->own,
+        slab_->indices, slab_->results[a].whole, stream_);
+    }
     stage("slab gathers", begin, mark());
     NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "keeping the slab's results");
     slab_->decided += decided;
@@ -1279,7 +1349,8 @@ private:
     const std::size_t given = n - static_cast<std::size_t>(p.images);
     if (p.usesMass() && p.mass && slab_)
     {
-      gatherSlabValues(slab_->wholeMass, std::int64_t(n), slab_->indices, mass_.ensure(n, "masses"), stream_);
+      gatherSlabWords(reinterpret_cast<const std::uint32_t*>(slab_->wholeMass), 1, std::int64_t(n), slab_->indices,
+        reinterpret_cast<std::uint32_t*>(mass_.ensure(n, "masses")), stream_);
     }
     else if (p.usesMass() && p.mass)
     {
@@ -1305,7 +1376,12 @@ private:
         results += std::size_t(p.resultCount()) * std::size_t(a.components);
       }
       smoothed_.ensure(results, "smoothed arrays");
-      for (std::size_t a = 0; a < p.smoothed->size(); ++a)
+      for (std::size_t a = 0; a < p.smoothed->size() && slab_; ++a)
+      {
+        gatherSlabWords(reinterpret_cast<const std::uint32_t*>(slab_->wholeValues.at(a)), (*p.smoothed)[a].components,
+          std::int64_t(n), slab_->indices, reinterpret_cast<std::uint32_t*>(deviceValues + valueOffsets_[a]), stream_);
+      }
+      for (std::size_t a = 0; a < p.smoothed->size() && !slab_; ++a)
       {
         const auto& array = (*p.smoothed)[a];
         transfers_.upload(deviceValues + valueOffsets_[a], array.values, given * std::size_t(array.components) * sizeof(float),
@@ -1424,10 +1500,12 @@ private:
   DevicePool residentPool_;
   DeviceBuffer<char> wholeXyz_{ residentPool_ };
   DeviceBuffer<float> wholeMass_{ residentPool_ };
+  DeviceBuffer<float> wholeValues_{ residentPool_ };
   DeviceBuffer<std::uint32_t> wholeResults_{ residentPool_ };
   DeviceBuffer<std::int64_t> slabIndices_{ residentPool_ };
   DeviceSlabGather slabGather_{ residentPool_ };
   ActiveSlab* slab_ = nullptr; // the resident slab being run, if any
+  std::int64_t wholeCount_ = 0; // the points of the request it belongs to
   int cutAxis_ = 0;
 };
 

@@ -127,13 +127,17 @@ __global__ void scatterWordsKernel(const std::uint32_t* __restrict__ slab, int w
   }
 }
 
-__global__ void gatherValuesKernel(const float* __restrict__ whole, std::int64_t count,
-  const std::int64_t* __restrict__ indices, float* __restrict__ slab)
+__global__ void gatherWordsKernel(const std::uint32_t* __restrict__ whole, int words, std::int64_t count,
+  const std::int64_t* __restrict__ indices, std::uint32_t* __restrict__ slab)
 {
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < count; k += stride)
   {
-    slab[k] = whole[indices[k]];
+    const std::int64_t from = indices[k];
+    for (int w = 0; w < words; ++w)
+    {
+      slab[k * words + w] = whole[from * words + w];
+    }
   }
 }
 
@@ -233,17 +237,18 @@ void DeviceSlabGather::write(const void* xyz, bool isDouble, std::int64_t n, con
   NG_CUDA_CHECK_LAUNCH("gathering the slab's points");
 }
 
-void scatterSlabResults(const std::uint32_t* slab, int words, std::int64_t count, const std::int64_t* indices,
+void scatterSlabWords(const std::uint32_t* slab, int words, std::int64_t count, const std::int64_t* indices,
   std::uint32_t* whole, cudaStream_t stream)
 {
   scatterWordsKernel<<<strideBlocks(count), 256, 0, stream>>>(slab, words, count, indices, whole);
   NG_CUDA_CHECK_LAUNCH("scattering the slab's results");
 }
 
-void gatherSlabValues(const float* whole, std::int64_t count, const std::int64_t* indices, float* slab, cudaStream_t stream)
+void gatherSlabWords(const std::uint32_t* whole, int words, std::int64_t count, const std::int64_t* indices,
+  std::uint32_t* slab, cudaStream_t stream)
 {
-  gatherValuesKernel<<<strideBlocks(count), 256, 0, stream>>>(whole, count, indices, slab);
-  NG_CUDA_CHECK_LAUNCH("gathering the slab's masses");
+  gatherWordsKernel<<<strideBlocks(count), 256, 0, stream>>>(whole, words, count, indices, slab);
+  NG_CUDA_CHECK_LAUNCH("gathering the slab's masses and values");
 }
 
 } // namespace detail

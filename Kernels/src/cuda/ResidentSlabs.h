@@ -60,11 +60,13 @@ private:
 };
 
 /// whole[indices[k] * words + w] = slab[k * words + w] for the first `count` entries of a slab:
-/// its own points' results into the array of every point's.
-void scatterSlabResults(const std::uint32_t* slab, int words, std::int64_t count, const std::int64_t* indices,
+/// its own points' results (`words` 4-byte values a point) into the array of every point's.
+void scatterSlabWords(const std::uint32_t* slab, int words, std::int64_t count, const std::int64_t* indices,
   std::uint32_t* whole, cudaStream_t stream);
-/// slab[k] = whole[indices[k]] for a slab's `count` points: its masses from every point's.
-void gatherSlabValues(const float* whole, std::int64_t count, const std::int64_t* indices, float* slab, cudaStream_t stream);
+/// slab[k * words + w] = whole[indices[k] * words + w] for a slab's `count` points: its masses or
+/// values from every point's.
+void gatherSlabWords(const std::uint32_t* whole, int words, std::int64_t count, const std::int64_t* indices,
+  std::uint32_t* slab, cudaStream_t stream);
 
 } // namespace detail
 } // namespace neighborgrid
