@@ -742,7 +742,6 @@ bool Engine::Impl::runResidentSlabs(const Request& request, Report& report)
   return ran;
 }
 
-
 void Engine::Impl::checkInputs(const Request& request) const
 {
   // Checks on the whole request, so that messages name the caller's point.
