@@ -318,7 +318,13 @@ TEST(EngineResidentSlabs, WhatItCannotTakeRunsInTheHostsSlabs)
     {
       r.density = density.data();
     }
+    std::vector<double> progress;
+    r.progress = [&progress](double fraction, const char*) {
+      progress.push_back(fraction);
+      return true;
+    };
     const Report report = engine.run(r);
+    EXPECT_TRUE(std::is_sorted(progress.begin(), progress.end())) << "progress went back";
     EXPECT_GE(report.slabs, 2);
     EXPECT_FALSE(hasStage(report, "slab gathers")) << "resident slabs ran";
     EXPECT_TRUE(hasStage(report, "slabs: host")) << "the host's slabs did not run";
