@@ -859,11 +859,23 @@ void Engine::setRunObserver(std::function<void(const Request&)> observer)
   runObserver() = std::move(observer);
 }
 
-Report Engine::run(const Request& given)
+Report Engine::run(const Request& caller)
 {
   if (runObserver())
   {
-    runObserver()(given);
+    runObserver()(caller);
+  }
+  // The caller sees progress that never goes back, whichever layers the request takes: slabs map
+  // their runs' fractions into the whole (a seam may differ in the last bit), and resident slabs
+  // that decline after their upload hand over to the host's slabs, which start again from 0.
+  Request given = caller;
+  double shown = 0.0;
+  if (caller.progress)
+  {
+    given.progress = [&caller, &shown](double fraction, const char* stage) {
+      shown = std::max(shown, fraction);
+      return caller.progress(shown, stage);
+    };
   }
   if (given.operation == Operation::SmoothingLength)
   {

@@ -1242,29 +1242,10 @@ Report runFitting(const Request& r, const SlabBackend& backend, double progressB
   }
   else if (backend.runResident && !separate)
   {
-    // Resident slabs may decline after their upload: the host's slabs then report no less than
-    // the progress already shown.
-    double reached = progressBase;
-    Request resident = once;
-    if (once.progress)
-    {
-      resident.progress = [&once, &reached](double fraction, const char* stage) {
-        reached = std::max(reached, fraction);
-        return once.progress(fraction, stage);
-      };
-    }
     Report report;
-    if (backend.runResident(resident, report))
+    if (backend.runResident(once, report))
     {
       return report;
-    }
-    if (r.progress)
-    {
-      Request rest = r;
-      rest.progress = [&r, reached](double fraction, const char* stage) {
-        return r.progress(std::max(reached, fraction), stage);
-      };
-      return runPieces(rest, backend, progressBase, progressSpan);
     }
   }
   return runPieces(r, backend, progressBase, progressSpan);
