@@ -82,6 +82,8 @@ private:
   /// A worker's share of a transfer: copySlices, then its bounds into the transfer's.
   void copyShare(const Transfer& t);
   void copySlices(const Transfer& t, CoordinateBounds& bounds);
+  /// A faultIn() piece: its pages resident and writable, its bytes unchanged.
+  static void makeResident(char* host, std::size_t length);
   /// Spins (yielding) until ready() or an abort; false on abort.
   bool waitFor(const std::function<bool()>& ready) const;
   /// Returns once the DMAs of chunks 0..count-1 are done (false on abort). The worker holding a
