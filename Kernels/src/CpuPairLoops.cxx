@@ -78,8 +78,9 @@ NG_INLINE void densityPoint(const Neighborhood& around, const Particle& q, const
     for (int l = 0; l < pairLanes; ++l)
     {
       const float r2 = frameSquared(q.x - x[j + l], q.y - y[j + l], q.z - z[j + l]);
-      // As DensityOperation::pair computes it: w_j * W(r).
-      const float value = k.normalization * kernelShape<float>(type, std::sqrt(r2) * k.inverseH);
+      // As DensityOperation::pair computes it: w_j times the kernel's shape (finish() applies
+      // sigma_d / h^d).
+      const float value = kernelShape<float>(type, std::sqrt(r2) * k.inverseH);
       const float term = keepIf(r2 < accept, w[j + l] * value);
       const float t = term - carry[l];
       const float s = sum[l] + t;

@@ -146,11 +146,12 @@ NG_HD float approximateSqrt(float v)
 #endif
 }
 
-NG_HD float kernelValueFromSquared(const KernelParams& k, float squaredDistance)
+/// The shape w(q) at squared distance r2 (q = r / h): W without sigma_d / h^d, which a sum of
+/// shapes takes once at its end. The searches evaluate this for every neighbor pair; the square
+/// root is one instruction (approximateSqrt).
+NG_HD float kernelShapeFromSquared(const KernelParams& k, float squaredDistance)
 {
-  // The searches evaluate this for every neighbor pair: r2 * rsqrt(r2) took four instructions,
-  // with a guard for coincident points.
-  return k.normalization * kernelShape<float>(k.type, approximateSqrt(squaredDistance) * k.inverseH);
+  return kernelShape<float>(k.type, approximateSqrt(squaredDistance) * k.inverseH);
 }
 
 constexpr double pi = 3.14159265358979323846;

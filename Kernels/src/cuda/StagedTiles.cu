@@ -421,13 +421,25 @@ __device__ void searchFromGlobal(
 /// Shared memory for the row lists: 25 rows of (first, one-past-last) per thread.
 constexpr int rowListBytes = (2 * maxReach + 1) * (2 * maxReach + 1) * tileThreads * 4;
 
+/// Neighbor Count tests two candidates of a row per step (the second, past the row's end, is the
+/// sentinel at infinity): a row change and a loop step serve two pair tests. On the 4M row on the
+/// H100 count took 2.23 ms against 2.31; density 2.87 against 2.70 and one-component smoothing
+/// 4.94 against 4.24 (RESULTS.md, issue 22), so they test one a step.
+template <class Op>
+constexpr int candidatesPerStep()
+{
+  return std::is_same<Op, CountOperation>::value ? 2 : 1;
+}
+
 /// The rows of cells (5 along x) that reach within R of point p of staged cell (x, y, z),
 /// trimmed to the cells its sphere spans (as searchFromGlobal), written to the thread's column of
-/// `rows` as (first, one-past-last) staged positions in 16 bits each. Returns the candidates.
+/// `rows` as (first, one-past-last) staged positions in 16 bits each. Returns the steps of the
+/// pair loop over them (PerStep candidates a step).
+template <int PerStep>
 __device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRegion& r, const Particle& p, int x, int y,
   int z, std::uint32_t* rows)
 {
-  int rowCount = 0, candidates = 0;
+  int rowCount = 0, steps = 0;
   for (int dz = -r.reach; dz <= r.reach; ++dz)
   {
     const float gz = gapTo(p.z, z + dz, dz);
@@ -453,98 +465,111 @@ __device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRe
       {
         rows[rowCount * tileThreads + threadIdx.x] = std::uint32_t(begin) | (std::uint32_t(end) << 16);
         ++rowCount;
-        candidates += end - begin;
+        steps += (end - begin + PerStep - 1) / PerStep;
       }
     }
   }
-  return candidates;
+  return steps;
+}
+
+/// Point si (pi): the candidates in the rows of its column (listPointRows, `steps` steps), its
+/// sums and its result.
+template <class Op>
+__device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op, const StagedRegion& r,
+  const std::uint32_t* column, int steps, const Particle& pi, int si, unsigned long long* decided)
+{
+  using Value = typename Op::Value;
+  constexpr int perStep = candidatesPerStep<Op>();
+  RegisterSums<Op> acc;
+  unsigned decidedHere = 0;
+  // The rows as one sequence: every thread of a warp tests one step's candidates until its own
+  // run out, so threads with short rows do not wait for threads with long ones. Terms go to a
+  // plain float sum that joins the compensated one every 16 candidates.
+  Value partial[Op::Terms];
+  for (int a = 0; a < Op::Terms; ++a)
+  {
+    partial[a] = 0;
+  }
+  // A row's entry holds its first and one-past-last staged positions; the next entry is a
+  // pointer step away. Every instruction of the row change issues for every step (predicated
+  // off where the row goes on), so it is kept to four.
+  auto sweep = [&](auto&& visit) {
+    const std::uint32_t* nextRow = column;
+    int q = 0, end = 0;
+    for (int chunk = 0; chunk < steps; chunk += 16 / perStep)
+    {
+      const int chunkSteps = min(16 / perStep, steps - chunk);
+      for (int step = 0; step < chunkSteps; ++step)
+      {
+        if (q >= end)
+        {
+          const std::uint32_t entry = *nextRow;
+          nextRow += tileThreads;
+          q = int(entry & 0xffffu);
+          end = int(entry >> 16);
+        }
+        visit(q);
+        if constexpr (perStep == 2)
+        {
+          visit(q + 1 < end ? q + 1 : r.sentinel);
+        }
+        q += perStep;
+      }
+      acc.addTerms(partial);
+      for (int a = 0; a < Op::Terms; ++a)
+      {
+        partial[a] = 0;
+      }
+    }
+  };
+  // First pass: the pairs the float test decides (addFloatPair). The pairs within rounding of R
+  // (about one point in 50 at 80 neighbors has one) are counted and the last one remembered, so
+  // only a point with two or more sweeps its rows again.
+  int bandPairs = 0, bandAt = 0;
+  sweep([&](int q) {
+    if (addFloatPair(g, op, r, pi, q, partial))
+    {
+      ++bandPairs;
+      bandAt = q;
+    }
+  });
+  // The pairs within rounding of R, decided in double from the input coordinates (PairTest.h).
+  // The sentinel lies in the band only for a point with a NaN coordinate, and is no one's neighbor.
+  auto decideInDouble = [&](int q) {
+    Value terms[Op::Terms];
+    if (q != r.sentinel && isNeighborInDouble(g, op, r, pi, si, q, decidedHere, terms))
+    {
+      for (int a = 0; a < Op::Terms; ++a)
+      {
+        partial[a] += terms[a];
+      }
+    }
+  };
+  if (bandPairs == 1)
+  {
+    decideInDouble(bandAt);
+  }
+  else if (bandPairs > 1)
+  {
+    sweep(decideInDouble);
+  }
+  acc.addTerms(partial);
+  acc.finish(op, si, g.orderToInput[si]);
+  addDecided(decided, decidedHere);
 }
 
 template <class Op>
 __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedRegion& r, std::uint32_t* rows,
   int chunkBegin, int chunkEnd, unsigned long long* decided)
 {
-  using Value = typename Op::Value;
   for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
   {
     int x, y, z, offset;
     const int k = r.ownCell(t, x, y, z, offset);
     const int si = r.cellFirst[k] + offset;
     const Particle pi = r.points[r.cellStart[k] + offset];
-    RegisterSums<Op> acc;
-    unsigned decidedHere = 0;
-
-    const int candidates = listPointRows(g, r, pi, x, y, z, rows);
-
-    // The rows as one sequence: every thread of a warp tests one candidate per step until its
-    // own run out, so threads with short rows do not wait for threads with long ones. Terms go
-    // to a plain float sum that joins the compensated one every 16 steps.
-    Value partial[Op::Terms];
-    for (int a = 0; a < Op::Terms; ++a)
-    {
-      partial[a] = 0;
-    }
-    // A row's entry holds its first and one-past-last staged positions; the next entry is a
-    // pointer step away. Every instruction of the row change issues for every candidate
-    // (predicated off where the row goes on), so it is kept to four.
-    auto sweep = [&](auto&& visit) {
-      const std::uint32_t* nextRow = rows + threadIdx.x;
-      int q = 0, end = 0;
-      for (int chunk = 0; chunk < candidates; chunk += 16)
-      {
-        const int steps = min(16, candidates - chunk);
-        for (int step = 0; step < steps; ++step)
-        {
-          if (q == end)
-          {
-            const std::uint32_t entry = *nextRow;
-            nextRow += tileThreads;
-            q = int(entry & 0xffffu);
-            end = int(entry >> 16);
-          }
-          visit(q);
-          ++q;
-        }
-        acc.addTerms(partial);
-        for (int a = 0; a < Op::Terms; ++a)
-        {
-          partial[a] = 0;
-        }
-      }
-    };
-    // First pass: the pairs the float test decides (addFloatPair). The pairs within rounding of R
-    // (about one point in 50 at 80 neighbors has one) are counted and the last one remembered, so
-    // only a point with two or more sweeps its rows again.
-    int bandPairs = 0, bandAt = 0;
-    sweep([&](int q) {
-      if (addFloatPair(g, op, r, pi, q, partial))
-      {
-        ++bandPairs;
-        bandAt = q;
-      }
-    });
-    // The pairs within rounding of R, decided in double from the input coordinates (PairTest.h).
-    auto decideInDouble = [&](int q) {
-      Value terms[Op::Terms];
-      if (isNeighborInDouble(g, op, r, pi, si, q, decidedHere, terms))
-      {
-        for (int a = 0; a < Op::Terms; ++a)
-        {
-          partial[a] += terms[a];
-        }
-      }
-    };
-    if (bandPairs == 1)
-    {
-      decideInDouble(bandAt);
-    }
-    else if (bandPairs > 1)
-    {
-      sweep(decideInDouble);
-    }
-    acc.addTerms(partial);
-    acc.finish(op, si, g.orderToInput[si]);
-    addDecided(decided, decidedHere);
+    const int steps = listPointRows<candidatesPerStep<Op>()>(g, r, pi, x, y, z, rows);
+    sweepPointRows(g, op, r, rows + threadIdx.x, steps, pi, si, decided);
   }
 }
 
