@@ -774,7 +774,7 @@ public:
       slab_->pagesFaultedIn = true; // the caller's whole arrays, during the first slab's search
       for (const CallerResult& r : slab_->results)
       {
-        transfers_.faultIn(r.caller, r.bytes(wholeCount_));
+        transfers_.faultIn(r.caller, r.bytes(slab_->count));
       }
     }
     if (resultPagesFaultedIn_ || slab_)
@@ -834,8 +834,8 @@ public:
       return false;
     }
     const std::int64_t n = whole.count;
-    wholeCount_ = n;
     ActiveSlab active;
+    active.count = n;
     active.results = callerResults(whole);
     std::int64_t resultWords = 0, valueWords = 0;
     for (const CallerResult& r : active.results)
@@ -867,7 +867,7 @@ public:
       results += std::size_t(n) * std::size_t(r.words);
     }
     uploadWhole(whole, threads, active, report);
-    const SlabCuts cuts = cutResidentSlabs(whole, report);
+    const SlabCuts cuts = cutResidentSlabs(whole, active, report);
     if (cuts.cuts.empty())
     {
       return false;
@@ -937,6 +937,8 @@ private:
   /// Where a resident slab's run keeps its results (finishOutputs) and finds its inputs.
   struct ActiveSlab
   {
+    std::int64_t count = 0;                // every point of the request
+    int axis = 0;                          // the axis the cuts divide
     const std::int64_t* indices = nullptr; // input index of each of the slab's points
     std::int64_t own = 0;                  // the slab's own points, first
     const float* wholeMass = nullptr;
@@ -994,7 +996,7 @@ private:
 
   /// Cuts along the longest axis, from a histogram made on the device, into slabs whose runs
   /// (with the resident arrays) fit the device's memory. No cuts where none does.
-  SlabCuts cutResidentSlabs(const Problem& whole, Report& report)
+  SlabCuts cutResidentSlabs(const Problem& whole, ActiveSlab& active, Report& report)
   {
     Timer timer;
     int axis = 0;
@@ -1013,7 +1015,7 @@ private:
     const AxisHistogram histogram = slabGather_.histogram(wholeXyz_.get(), whole.input.type == ScalarType::Float64,
       whole.count, axis, whole.lo[axis], whole.hi[axis], 8192, device_.multiprocessors, stream_);
     SlabCuts cuts = cutSlabs(histogram, haloMargin(whole.hi[axis], whole.radius), capacity, 1024);
-    cutAxis_ = axis;
+    active.axis = axis;
     addStage(report, "slab gathers", timer.milliseconds());
     return cuts;
   }
@@ -1025,7 +1027,7 @@ private:
     const double inf = std::numeric_limits<double>::infinity();
     const bool isDouble = whole.input.type == ScalarType::Float64;
     SlabRange range;
-    range.axis = cutAxis_;
+    range.axis = active.axis;
     range.lower = s == 0 ? -inf : cuts.cuts[s - 1];
     range.upper = s + 1 == cuts.slabs() ? inf : cuts.cuts[s];
     range.haloLower = s == 0 ? -inf : range.lower - haloMargin(range.lower, whole.radius);
@@ -1505,8 +1507,6 @@ private:
   DeviceBuffer<std::int64_t> slabIndices_{ residentPool_ };
   DeviceSlabGather slabGather_{ residentPool_ };
   ActiveSlab* slab_ = nullptr; // the resident slab being run, if any
-  std::int64_t wholeCount_ = 0; // the points of the request it belongs to
-  int cutAxis_ = 0;
 };
 
 } // namespace
