@@ -130,7 +130,7 @@ __global__ void cellOfInputKernel(const std::int32_t* __restrict__ start, int ce
 
 /// Every point finds or inserts its cell's key; the slot is the cell id.
 __global__ void insertPointKeys(InputPoints input, int n, double size, KeyLayout layout, CellLookup lookup,
-  BitsSlot* bitsSlots, std::int32_t* __restrict__ slotOf, int* __restrict__ occupied)
+  BitsSlot* bitsSlots, std::int32_t* __restrict__ slotOf)
 {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n)
@@ -152,7 +152,6 @@ __global__ void insertPointKeys(InputPoints input, int n, double size, KeyLayout
       if (seen == emptyKey)
       {
         bitsSlots[s].cell = static_cast<std::int32_t>(s);
-        atomicAdd(occupied, 1);
         seen = key;
       }
     }
@@ -418,7 +417,7 @@ void RadixCells::cellOfInput(CudaRun& run, std::int32_t* out)
 }
 
 // --- SlotCells ----------------------------------------------------------------------------------
-SlotCells::SlotCells(DevicePool& pool) : bitsSlots_(pool), slotOf_(pool), occupied_(pool), ranks_(pool) {}
+SlotCells::SlotCells(DevicePool& pool) : bitsSlots_(pool), slotOf_(pool), ranks_(pool) {}
 
 std::int64_t SlotCells::plannedBytes(std::int64_t n, const KeyLayout& layout)
 {
@@ -431,7 +430,7 @@ std::int64_t SlotCells::plannedBytes(std::int64_t n, const KeyLayout& layout)
 
 std::int64_t SlotCells::heldBytes() const
 {
-  return std::int64_t(bitsSlots_.bytes() + slotOf_.bytes() + occupied_.bytes()) + ranks_.heldBytes();
+  return std::int64_t(bitsSlots_.bytes() + slotOf_.bytes()) + ranks_.heldBytes();
 }
 
 void SlotCells::build(CudaRun& run, const KeyLayout& layout, double cellSize)
@@ -446,7 +445,6 @@ void SlotCells::build(CudaRun& run, const KeyLayout& layout, double cellSize)
     ranks_.cellOfInput(run, slotOf);
     table_ = ranks_.table();
     slots_ = table_.cells;
-    occupiedCells_ = table_.cells;
     return;
   }
   table_.layout = layout;
@@ -461,18 +459,13 @@ void SlotCells::build(CudaRun& run, const KeyLayout& layout, double cellSize)
   BitsSlot* table = bitsSlots_.ensure(slots, "occupied-cell table");
   NG_CUDA_CHECK(cudaMemsetAsync(table, 0xff, slots * sizeof(BitsSlot), run.stream), "clearing the occupied-cell table");
   lookup.bitsSlots = table;
-  int* occupied = occupied_.ensure(1, "occupied cell count");
-  NG_CUDA_CHECK(cudaMemsetAsync(occupied, 0, sizeof(int), run.stream), "clearing the occupied cell count");
+  // No count of the occupied cells comes back to the host: nothing reads it, and waiting for it
+  // was a host round trip in every sort of Counting Sort, FENNS and CLAWS.
   insertPointKeys<<<blocksFor(n), 256, 0, run.stream>>>(
-    run.input, static_cast<int>(n), cellSize, layout, lookup, table, slotOf, occupied);
+    run.input, static_cast<int>(n), cellSize, layout, lookup, table, slotOf);
   NG_CUDA_CHECK_LAUNCH("insertPointKeys");
   slots_ = static_cast<std::int32_t>(slots);
   table_.cells = slots_;
-  int* host = occupiedHost_.ensure(1, "occupied cell count (pinned host memory)");
-  NG_CUDA_CHECK(cudaMemcpyAsync(host, occupied, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
-    "reading the occupied cell count");
-  NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "counting occupied cells");
-  occupiedCells_ = *host;
 }
 
 CellTable SlotCells::table(const std::int32_t* start) const

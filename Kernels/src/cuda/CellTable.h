@@ -136,8 +136,6 @@ public:
   /// Slot of every point's cell (slotOf(), input order) in a table of occupied cells.
   void build(CudaRun& run, const KeyLayout& layout, double cellSize);
   std::int32_t slots() const { return slots_; }
-  /// How many slots hold a cell (occupied cells).
-  std::int32_t occupiedCells() const { return occupiedCells_; }
   const std::int32_t* slotOf() const { return slotOf_.get(); }
   /// The table, with the caller's start array over slots (slots() + 1 entries).
   CellTable table(const std::int32_t* start) const;
@@ -146,12 +144,9 @@ public:
 private:
   DeviceBuffer<BitsSlot> bitsSlots_;
   DeviceBuffer<std::int32_t> slotOf_;
-  DeviceBuffer<int> occupied_;
-  PinnedBuffer<int> occupiedHost_;
   RadixCells ranks_; // keys wider than 64 bits
   CellTable table_;
   std::int32_t slots_ = 0;
-  std::int32_t occupiedCells_ = 0;
 };
 
 } // namespace detail
