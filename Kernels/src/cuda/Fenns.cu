@@ -14,6 +14,8 @@
 
 #include <cub/device/device_scan.cuh>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -29,12 +31,23 @@ class Fenns final : public CudaMethod
 public:
   Fenns(DevicePool& pool, bool claws)
     : claws_(claws), slots_(pool), counts_(pool), innerStart_(pool), borderCount_(pool), occupied_(pool),
-      items_(pool), occupiedCount_(pool), particles_(pool), orderToInput_(pool), scratch_(pool)
+      items_(pool), listed_(pool), particles_(pool), orderToInput_(pool), scratch_(pool)
   {
     // Benchmarking knob: average points per coarse cell.
     if (const char* target = std::getenv("NEIGHBORGRID_FENNS_TARGET"))
     {
       targetPerCell_ = std::max(1, std::atoi(target));
+    }
+    // Benchmarking knob: fine cells per point of a chunk (0: as fine as R and 12 per axis allow).
+    const char* perPoint = std::getenv("NEIGHBORGRID_FENNS_FINE_PER_POINT");
+    if (perPoint && *perPoint)
+    {
+      fineCellsPerPoint_ = std::max(0.0, std::atof(perPoint));
+    }
+    // Benchmarking knob: the widest first guess of a coarse cell, in cells of size R.
+    if (const char* widest = std::getenv("NEIGHBORGRID_FENNS_WIDEST"))
+    {
+      widestCoarse_ = std::max(1.0, std::atof(widest));
     }
     // Benchmarking knob: the paper's lookup direction (scatter with shared-memory atomics).
     if (const char* variant = std::getenv("NEIGHBORGRID_FENNS_VARIANT"))
@@ -68,11 +81,12 @@ public:
     // the sparse cells' own: the clusters' cells then held hundreds of chunks).
     const double fine = cellSizeFor(p.radius, 1);
     double k = coarseSize(p, n) / fine;
+    double perCell = 0;
     for (int attempt = 0;; ++attempt)
     {
       coarse_.size = k * fine;
       slots_.build(run, makeKeyLayout(p.lo, p.hi, coarse_.size), coarse_.size);
-      const double perCell = pointWeightedPopulation(run, n);
+      perCell = pointWeightedPopulation(run, n);
       if (attempt == 3 || k <= 1.0 || perCell <= 2.0 * targetPerCell_)
       {
         break;
@@ -80,7 +94,7 @@ public:
       k = std::max(1.0, std::floor(k * std::cbrt(double(targetPerCell_) / perCell)));
     }
     coarse_.inverse = 1.0 / coarse_.size;
-    grid_ = planFineGrid(p.radius / coarse_.size, run.device->sharedMemoryPerBlock);
+    grid_ = planFineGrid(p.radius / coarse_.size, run.device->sharedMemoryPerBlock, perCell, fineCellsPerPoint_);
     test_ = makePairTest(p.radius, coarse_.size, 2.0, run.input);
     const int slots = slots_.slots();
     const int sections = flags_.clawsLayout ? 2 * slots : slots;
@@ -144,19 +158,20 @@ public:
       layout_ = CellLayout{ counts, innerStart, slots, false };
     }
 
-    // One search block per chunk of an occupied cell (one per cell in the scatter variant).
+    // One search block per chunk of an occupied cell (one per cell in the scatter variant). The
+    // counts stay on the device: the search is launched at their bounds and the blocks past them
+    // return at once, which costs less than the host's wait for the counts (a round trip that
+    // left the GPU idle in every sort; on clouds of up to 65,536 points the sort is mostly such
+    // latencies).
     int* occupied = occupied_.ensure(std::size_t(slots), "occupied coarse cells");
-    int2* items = items_.ensure(std::size_t(slots) + std::size_t(n) / fennsChunk + 1, "coarse cell chunks");
-    int* occupiedCount = occupiedCount_.ensure(2, "occupied coarse cell count");
-    NG_CUDA_CHECK(cudaMemsetAsync(occupiedCount, 0, 2 * sizeof(int), run.stream), "clearing the occupied count");
-    listOccupied<<<blocksFor(slots), 256, 0, run.stream>>>(layout_, fennsChunk, occupied, items, occupiedCount);
+    const std::size_t itemBound = std::size_t(slots) + std::size_t(n) / fennsChunk + 1;
+    int2* items = items_.ensure(itemBound, "coarse cell chunks");
+    int* listed = listed_.ensure(2, "occupied coarse cells and chunks listed");
+    NG_CUDA_CHECK(cudaMemsetAsync(listed, 0, 2 * sizeof(int), run.stream), "clearing the occupied count");
+    listOccupied<<<blocksFor(slots), 256, 0, run.stream>>>(layout_, fennsChunk, occupied, items, listed);
     NG_CUDA_CHECK_LAUNCH("listOccupied");
-    int* host = occupiedHost_.ensure(2, "occupied coarse cell count (pinned host memory)");
-    NG_CUDA_CHECK(cudaMemcpyAsync(host, occupiedCount, 2 * sizeof(int), cudaMemcpyDeviceToHost, run.stream),
-      "reading the occupied count");
-    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "listing occupied coarse cells");
-    occupiedCells_ = host[0];
-    chunkItems_ = host[1];
+    occupiedBound_ = slots;
+    itemBound_ = static_cast<int>(itemBound);
   }
 
   double cellSize() const override { return coarse_.size; }
@@ -175,7 +190,7 @@ public:
   {
     return slots_.heldBytes() +
       std::int64_t(counts_.bytes() + innerStart_.bytes() + borderCount_.bytes() + occupied_.bytes() + items_.bytes() +
-        occupiedCount_.bytes() + particles_.bytes() + orderToInput_.bytes() + scratch_.bytes());
+        listed_.bytes() + particles_.bytes() + orderToInput_.bytes() + scratch_.bytes());
   }
 
   NEIGHBORGRID_SEARCHES_BY(launch)
@@ -190,9 +205,10 @@ private:
     params.layout = layout_;
     params.occupied = occupied_.get();
     params.items = items_.get();
+    params.listed = listed_.get();
     params.test = test_;
     params.decided = run.decided;
-    if (occupiedCells_ == 0)
+    if (occupiedBound_ == 0)
     {
       return;
     }
@@ -202,14 +218,14 @@ private:
       NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearchScatter<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                       static_cast<int>(bytes)),
         "raising the FENNS search's shared-memory limit");
-      fennsSearchScatter<<<occupiedCells_, fennsScatterBlockSize, bytes, run.stream>>>(
+      fennsSearchScatter<<<occupiedBound_, fennsScatterBlockSize, bytes, run.stream>>>(
         params, particles_.get(), orderToInput_.get(), op);
       return;
     }
     const std::size_t bytes = fennsSharedBytes<Op>(grid_.fineCells);
     NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
       "raising the FENNS search's shared-memory limit");
-    fennsSearch<<<chunkItems_, fennsThreads, bytes, run.stream>>>(params, particles_.get(), orderToInput_.get(), op, flags_);
+    fennsSearch<<<itemBound_, fennsThreads, bytes, run.stream>>>(params, particles_.get(), orderToInput_.get(), op, flags_);
   }
 
   /// Points per occupied coarse cell as a point sees it: the sum over cells of their points
@@ -247,16 +263,26 @@ private:
       volume *= std::max(p.hi[a] - p.lo[a], fine);
     }
     const double side = std::cbrt(double(targetPerCell_) * volume / double(n));
-    // At most 64 cells of size R: beyond that the first guess is surely the bounds' fault.
-    const double k = std::max(1.0, std::min(64.0, std::floor(side / fine)));
+    // At most 256 cells of size R: beyond that the first guess is surely the bounds' fault (a
+    // far outlier), and sort() narrows it. Sparse clouds want the wide cells: with at most 64,
+    // clouds of 8,192-524,288 points with R of 0.2-0.3 in a box of 180-360 (the papers' tables)
+    // had a few points per coarse cell and a search 2-3x slower on the H100.
+    const double k = std::max(1.0, std::min(widestCoarse_, std::floor(side / fine)));
     return k * fine;
   }
 
   /// The fine grid over a coarse cell widened by the border on each side (frame units, rho = R
   /// over the coarse cell size): cells at least R wide plus the rounding of the binning, at most
   /// 12 per axis (beyond, clearing and scanning them per batch costs more than the lookups save),
+  /// about four cells per point of a chunk (perCell: points of the coarse cell a point lies in),
   /// and small enough for shared memory.
-  static FennsGrid planFineGrid(double rho, int sharedMemoryPerBlock)
+  ///
+  /// Why four cells a point: a block clears and scans every fine cell of every batch (about 2 f^3
+  /// steps over its threads) and tests each of its P points against the points of 27 fine cells
+  /// (27 P / f^3 each); the sum is least near f^3 = 3.7 P. Sparse clouds have a few points per
+  /// coarse cell (the papers' tables of up to 65,536 points: 3-40) and blocks that scanned 1,729
+  /// cells for them.
+  static FennsGrid planFineGrid(double rho, int sharedMemoryPerBlock, double perCell, double fineCellsPerPoint)
   {
     constexpr double u = 1.0 / 16777216.0;
     FennsGrid g;
@@ -264,7 +290,11 @@ private:
     g.fineOffset = g.border;
     const double span = 1.0 + 2.0 * double(g.border);
     const double minimumFine = rho * (1.0 + 1.0 / 256.0) + 64.0 * u;
-    int f = std::max(1, std::min(12, static_cast<int>(std::floor(span / minimumFine))));
+    const double chunkPoints = std::min(perCell, double(fennsChunk));
+    const int forPoints = fineCellsPerPoint > 0
+      ? std::max(1, static_cast<int>(std::lround(std::cbrt(fineCellsPerPoint * chunkPoints))))
+      : 12;
+    int f = std::max(1, std::min({ 12, forPoints, static_cast<int>(std::floor(span / minimumFine)) }));
     while (f > 1 &&
       std::max(fennsSharedBytes<SmoothingOperation<4>>(f * f * f), fennsScatterSharedBytes<SmoothingOperation<4>>(f * f * f)) +
           4096 > static_cast<std::size_t>(sharedMemoryPerBlock))
@@ -297,21 +327,22 @@ private:
   bool claws_;
   bool scatter_ = false;
   int targetPerCell_ = fennsChunk * 3 / 5;
+  double fineCellsPerPoint_ = 4.0;
+  double widestCoarse_ = 256.0;
   SearchFlags flags_;
   CoarseFrame coarse_;
   FennsGrid grid_;
   PairTest test_;
   CellLayout layout_;
-  int occupiedCells_ = 0;
+  int occupiedBound_ = 0; // the scatter variant's blocks: every slot
+  int itemBound_ = 0;     // the search's blocks: every slot and every further chunk
   SlotCells slots_;
   DeviceBuffer<int> counts_; // section counts, then starts
   DeviceBuffer<int> innerStart_;
   DeviceBuffer<int> borderCount_;
   DeviceBuffer<int> occupied_;
   DeviceBuffer<int2> items_;
-  int chunkItems_ = 0;
-  DeviceBuffer<int> occupiedCount_;
-  PinnedBuffer<int> occupiedHost_;
+  DeviceBuffer<int> listed_;
   PinnedBuffer<unsigned long long> squaresHost_;
   DeviceBuffer<Particle> particles_;
   DeviceBuffer<std::int32_t> orderToInput_;

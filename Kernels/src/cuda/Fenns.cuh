@@ -351,6 +351,9 @@ struct FennsSearchParams
   CellLayout layout;
   const int* occupied = nullptr; // the scatter variant: one block per occupied cell
   const int2* items = nullptr;   // the search: one block per chunk of an occupied cell (listOccupied)
+  // How many of each listOccupied wrote ([0] cells, [1] items): the grids are launched at their
+  // bounds without reading the counts back, and blocks past them return at once.
+  const int* listed = nullptr;
   PairTest test;
   unsigned long long* decided = nullptr;
 };
@@ -376,6 +379,10 @@ __global__ void __launch_bounds__(fennsScatterBlockSize) fennsSearchScatter(Fenn
 
   const FennsGrid& g = params.g;
   const PairTest& test = params.test;
+  if (static_cast<int>(blockIdx.x) >= params.listed[0])
+  {
+    return;
+  }
   const int cell = params.occupied[blockIdx.x];
   const int cellBegin = params.layout.start[cell];
   const int cellEnd = params.layout.start[cell + 1];
@@ -752,6 +759,10 @@ __global__ void __launch_bounds__(fennsThreads, NEIGHBORGRID_FENNS_MIN_BLOCKS) f
   extern __shared__ __align__(16) unsigned char sharedBytes[];
 
   const FennsGrid& g = params.g;
+  if (static_cast<int>(blockIdx.x) >= params.listed[1])
+  {
+    return; // the whole block: no barrier is left waiting
+  }
   const int2 item = params.items[blockIdx.x];
   const int cell = item.x;
   int a0, aLength, b0, bLength;
