@@ -449,6 +449,29 @@ TEST(EngineMethods, FennsIsExactForAnyCoarseCellSize)
   unsetenv("NEIGHBORGRID_FENNS_VARIANT");
 }
 
+// An occupied-cell table too large for 32-bit slots (sparse clouds of more than 2^28 points, or a
+// far outlier beside them) ranks the cells with the radix sort instead: the knob takes that path
+// on a small cloud, for every method that groups its points that way.
+TEST(EngineMethods, RankedSlotCellsAreExact)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "the occupied-cell table is the CUDA backend's";
+  }
+  Cloud cloud = ngtest::makeCloud("clustered", 6000, 8.0, 17);
+  const double radius = 0.45;
+  Reference ref(cloud, radius);
+  const auto rhoRef = ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0);
+  setenv("NEIGHBORGRID_SLOT_CELLS_RANKED", "1", 1);
+  for (Method method : { Method::CountingSort, Method::FENNS, Method::CLAWS })
+  {
+    SCOPED_TRACE(toString(method));
+    Engine engine;
+    expectCountsAndDensity(engine, baseRequest(cloud, radius, method), cloud, ref, rhoRef);
+  }
+  unsetenv("NEIGHBORGRID_SLOT_CELLS_RANKED");
+}
+
 // CLAWS with each of its ideas switched off in turn (and all of them), on clouds whose cells hold
 // several chunks, many duplicates and planar data: every combination must give the same results.
 TEST(EngineMethods, ClawsIsExactWithEachIdeaSwitchedOff)

@@ -6,6 +6,8 @@
 #include <cub/device/device_scan.cuh>
 #include <cuda/std/tuple>
 
+#include <cstdlib>
+
 namespace neighborgrid
 {
 namespace detail
@@ -419,13 +421,44 @@ void RadixCells::cellOfInput(CudaRun& run, std::int32_t* out)
 // --- SlotCells ----------------------------------------------------------------------------------
 SlotCells::SlotCells(DevicePool& pool) : bitsSlots_(pool), slotOf_(pool), ranks_(pool) {}
 
+namespace
+{
+/// The hashed table's slots for n points on a Bits layout: sizeLookup's, but hashed rather than
+/// one slot per key where the key space is larger than maxTableSlots (sizeLookup's Wide mode is
+/// its rule without the identity table).
+void planSlotTable(std::int64_t n, const KeyLayout& layout, int& log2Slots, bool& identity)
+{
+  const std::int64_t cells = cellCapacity(n, layout);
+  sizeLookup(layout.mode, layout.bits, cells, log2Slots, identity);
+  if (identity && (std::int64_t(1) << log2Slots) > SlotCells::maxTableSlots)
+  {
+    sizeLookup(KeyMode::Wide, layout.bits, cells, log2Slots, identity);
+  }
+}
+} // namespace
+
+bool SlotCells::ranksCells(std::int64_t n, const KeyLayout& layout)
+{
+  if (layout.mode == KeyMode::Wide || std::getenv("NEIGHBORGRID_SLOT_CELLS_RANKED")) // knob: tests
+  {
+    return true;
+  }
+  int log2Slots = 1;
+  bool identity = false;
+  planSlotTable(n, layout, log2Slots, identity);
+  return (std::int64_t(1) << log2Slots) > maxTableSlots;
+}
+
 std::int64_t SlotCells::plannedBytes(std::int64_t n, const KeyLayout& layout)
 {
-  if (layout.mode == KeyMode::Wide)
+  if (ranksCells(n, layout))
   {
     return 4 * n + RadixCells::plannedBytes(n, layout, true);
   }
-  return 4 * n + lookupBytes(layout.mode, layout.bits, cellCapacity(n, layout));
+  int log2Slots = 1;
+  bool identity = false;
+  planSlotTable(n, layout, log2Slots, identity);
+  return 4 * n + (std::int64_t(1) << log2Slots) * std::int64_t(sizeof(BitsSlot));
 }
 
 std::int64_t SlotCells::heldBytes() const
@@ -438,7 +471,7 @@ void SlotCells::build(CudaRun& run, const KeyLayout& layout, double cellSize)
   const std::int64_t n = run.count;
   std::int32_t* slotOf = slotOf_.ensure(std::size_t(n), "cell slot of each point");
   table_ = CellTable{};
-  if (layout.mode == KeyMode::Wide)
+  if (ranksCells(n, layout))
   {
     // Rank the cells with the radix sort; the rank is the slot, the radix lookup finds it.
     ranks_.build(run, layout, cellSize, true);
@@ -453,7 +486,7 @@ void SlotCells::build(CudaRun& run, const KeyLayout& layout, double cellSize)
   table_.cellsAreSlots = true;
   CellLookup& lookup = table_.lookup;
   lookup.mode = layout.mode;
-  sizeLookup(layout.mode, layout.bits, cellCapacity(n, layout), lookup.log2Slots, lookup.identity);
+  planSlotTable(n, layout, lookup.log2Slots, lookup.identity);
   const std::size_t slots = std::size_t(1) << lookup.log2Slots;
   lookup.mask = slots - 1;
   BitsSlot* table = bitsSlots_.ensure(slots, "occupied-cell table");

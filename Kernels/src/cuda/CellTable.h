@@ -131,6 +131,14 @@ class SlotCells
 {
 public:
   explicit SlotCells(DevicePool& pool);
+  /// The most slots of the hashed table: slot indices, and the starts of CLAWS's two sections a
+  /// slot (2 slots + 1 of them), stay in 32-bit ints.
+  static constexpr std::int64_t maxTableSlots = std::int64_t(1) << 29;
+  /// Whether build() ranks the cells with the radix sort (slots are then the occupied cells, at
+  /// most one a point) instead of hashing them: keys wider than 64 bits, or a table that would
+  /// need more than maxTableSlots slots (an upper bound of one cell a point: sparse clouds of
+  /// more than 2^28 points, or a far outlier beside them).
+  static bool ranksCells(std::int64_t n, const KeyLayout& layout);
   /// Device bytes build() holds for n points.
   static std::int64_t plannedBytes(std::int64_t n, const KeyLayout& layout);
   /// Slot of every point's cell (slotOf(), input order) in a table of occupied cells.
@@ -144,7 +152,7 @@ public:
 private:
   DeviceBuffer<BitsSlot> bitsSlots_;
   DeviceBuffer<std::int32_t> slotOf_;
-  RadixCells ranks_; // keys wider than 64 bits
+  RadixCells ranks_; // ranksCells()
   CellTable table_;
   std::int32_t slots_ = 0;
 };
