@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 namespace neighborgrid
@@ -31,7 +32,7 @@ class Fenns final : public CudaMethod
 public:
   Fenns(DevicePool& pool, bool claws)
     : claws_(claws), slots_(pool), counts_(pool), innerStart_(pool), borderCount_(pool), occupied_(pool),
-      items_(pool), listed_(pool), particles_(pool), orderToInput_(pool), scratch_(pool)
+      items_(pool), listed_(pool), squares_(pool), particles_(pool), orderToInput_(pool), scratch_(pool)
   {
     // Benchmarking knob: average points per coarse cell.
     if (const char* target = std::getenv("NEIGHBORGRID_FENNS_TARGET"))
@@ -85,41 +86,25 @@ public:
     for (int attempt = 0;; ++attempt)
     {
       coarse_.size = k * fine;
+      coarse_.inverse = 1.0 / coarse_.size;
       slots_.build(run, makeKeyLayout(p.lo, p.hi, coarse_.size), coarse_.size);
-      perCell = pointWeightedPopulation(run, n);
+      requireThirtyTwoBitSections(slots_.slots(), n);
+      perCell = countSections(run, n);
       if (attempt == 3 || k <= 1.0 || perCell <= 2.0 * targetPerCell_)
       {
         break;
       }
       k = std::max(1.0, std::floor(k * std::cbrt(double(targetPerCell_) / perCell)));
     }
-    coarse_.inverse = 1.0 / coarse_.size;
+    // The border is R's alone (countSections used it); the fine cells follow the points found.
     grid_ = planFineGrid(p.radius / coarse_.size, run.device->sharedMemoryPerBlock, perCell, fineCellsPerPoint_);
     test_ = makePairTest(p.radius, coarse_.size, 2.0, run.input);
     const int slots = slots_.slots();
     const int sections = flags_.clawsLayout ? 2 * slots : slots;
-    int* counts = counts_.ensure(std::size_t(sections) + 1, "coarse cell counts and starts");
+    int* counts = counts_.get();
     int* innerStart = innerStart_.ensure(std::size_t(slots) + 1, "coarse cell inner starts");
     particles_.ensure(std::size_t(n), "particles (cell order)");
     orderToInput_.ensure(std::size_t(n), "cell order to input order");
-
-    // Part 1: counts in shared memory where the counters fit (the paper's case: few coarse cells).
-    const std::size_t counterBytes = sizeof(int) * std::size_t(sections);
-    const bool useShared = counterBytes + 1024 <= static_cast<std::size_t>(run.device->sharedMemoryPerBlock);
-    const std::size_t sharedBytes = useShared ? counterBytes : 0;
-    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsCount, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes)),
-      "raising the coarse count's shared-memory limit");
-    int perSm = 0;
-    NG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, fennsCount, 1024, sharedBytes),
-      "coarse count occupancy");
-    // A grid-stride loop with as many resident blocks as fit: each block flushes its shared
-    // counters once, so fewer, fuller blocks mean fewer global atomics.
-    const int blocks = std::max(1, std::min(blocksFor(n) / 4 + 1, std::max(1, perSm) * run.device->multiprocessors));
-    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int) * (std::size_t(sections) + 1), run.stream),
-      "clearing coarse counts");
-    fennsCount<<<blocks, 1024, sharedBytes, run.stream>>>(
-      run.input, n, coarse_, grid_, slots_.slotOf(), slots, flags_.clawsLayout, useShared, counts);
-    NG_CUDA_CHECK_LAUNCH("coarse count");
 
     std::size_t exclusiveBytes = 0, inclusiveBytes = 0;
     NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, exclusiveBytes, counts, innerStart, slots + 1, run.stream),
@@ -164,14 +149,11 @@ public:
     // left the GPU idle in every sort; on clouds of up to 65,536 points the sort is mostly such
     // latencies).
     int* occupied = occupied_.ensure(std::size_t(slots), "occupied coarse cells");
-    const std::size_t itemBound = std::size_t(slots) + std::size_t(n) / fennsChunk + 1;
-    int2* items = items_.ensure(itemBound, "coarse cell chunks");
+    int2* items = items_.ensure(std::size_t(chunkBound(n)), "coarse cell chunks");
     int* listed = listed_.ensure(2, "occupied coarse cells and chunks listed");
     NG_CUDA_CHECK(cudaMemsetAsync(listed, 0, 2 * sizeof(int), run.stream), "clearing the occupied count");
     listOccupied<<<blocksFor(slots), 256, 0, run.stream>>>(layout_, fennsChunk, occupied, items, listed);
     NG_CUDA_CHECK_LAUNCH("listOccupied");
-    occupiedBound_ = slots;
-    itemBound_ = static_cast<int>(itemBound);
   }
 
   double cellSize() const override { return coarse_.size; }
@@ -190,7 +172,7 @@ public:
   {
     return slots_.heldBytes() +
       std::int64_t(counts_.bytes() + innerStart_.bytes() + borderCount_.bytes() + occupied_.bytes() + items_.bytes() +
-        listed_.bytes() + particles_.bytes() + orderToInput_.bytes() + scratch_.bytes());
+        listed_.bytes() + squares_.bytes() + particles_.bytes() + orderToInput_.bytes() + scratch_.bytes());
   }
 
   NEIGHBORGRID_SEARCHES_BY(launch)
@@ -208,7 +190,7 @@ private:
     params.listed = listed_.get();
     params.test = test_;
     params.decided = run.decided;
-    if (occupiedBound_ == 0)
+    if (layout_.slots == 0)
     {
       return;
     }
@@ -218,29 +200,68 @@ private:
       NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearchScatter<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                       static_cast<int>(bytes)),
         "raising the FENNS search's shared-memory limit");
-      fennsSearchScatter<<<occupiedBound_, fennsScatterBlockSize, bytes, run.stream>>>(
+      fennsSearchScatter<<<layout_.slots, fennsScatterBlockSize, bytes, run.stream>>>(
         params, particles_.get(), orderToInput_.get(), op);
       return;
     }
     const std::size_t bytes = fennsSharedBytes<Op>(grid_.fineCells);
     NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
       "raising the FENNS search's shared-memory limit");
-    fennsSearch<<<itemBound_, fennsThreads, bytes, run.stream>>>(params, particles_.get(), orderToInput_.get(), op, flags_);
+    fennsSearch<<<chunkBound(static_cast<int>(run.count)), fennsThreads, bytes, run.stream>>>(params, particles_.get(), orderToInput_.get(), op, flags_);
   }
 
-  /// Points per occupied coarse cell as a point sees it: the sum over cells of their points
-  /// squared, over n (the points of the cell an average point lies in; the mean for even data).
-  double pointWeightedPopulation(CudaRun& run, int n)
+  /// The search's blocks, at most one a listed chunk: every slot's first chunk and every further
+  /// one (the scatter variant: one a slot). requireThirtyTwoBitSections keeps it in an int.
+  int chunkBound(int n) const { return layout_.slots + n / fennsChunk + 1; }
+
+  /// The section starts (CLAWS: two a slot) and the search's blocks (a slot and a chunk each)
+  /// are 32-bit ints: a clear error where a cloud has more occupied coarse cells than that
+  /// (about a billion isolated points; Counting Sort and Radix Sort rank such cells).
+  void requireThirtyTwoBitSections(std::int64_t slots, std::int64_t n) const
+  {
+    const std::int64_t sections = flags_.clawsLayout ? 2 * slots : slots;
+    const std::int64_t blocks = slots + n / fennsChunk + 1; // chunkBound's, in 64 bits
+    if (std::max(sections, blocks) >= std::int64_t(std::numeric_limits<std::int32_t>::max()))
+    {
+      throw Error(std::string("NeighborGrid: ") + (claws_ ? "CLAWS" : "FENNS") + ": " + std::to_string(n) +
+        " points fill " + std::to_string(slots) + " coarse cells, more than its 32-bit cell starts can index; " +
+        "choose Counting Sort or Radix Sort for this cloud");
+    }
+  }
+
+  /// Part 1 (the paper's Algorithm 1) on the coarse cells of this attempt: points per slot, or
+  /// per inner and border section (CLAWS), in shared memory where the counters fit (the paper's
+  /// case: few coarse cells). Returns the points per occupied coarse cell as a point sees it: the
+  /// sum over cells of their points squared, over n (the points of the cell an average point lies
+  /// in; the mean for even data), the one value the host waits for. The counts of the attempt
+  /// that is kept are the sort's: no second count.
+  double countSections(CudaRun& run, int n)
   {
     const int slots = slots_.slots();
-    int* counts = counts_.ensure(std::size_t(slots) + 1, "coarse cell counts and starts");
-    auto* total = reinterpret_cast<unsigned long long*>(scratch_.ensure(sizeof(unsigned long long), "scan scratch"));
-    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int) * std::size_t(slots), run.stream), "clearing cell counts");
+    const int sections = flags_.clawsLayout ? 2 * slots : slots;
+    // Only the border matters to the count, and it is R's alone: the fine cells come later.
+    grid_ = planFineGrid(run.problem->radius / coarse_.size, run.device->sharedMemoryPerBlock, 1.0, fineCellsPerPoint_);
+    int* counts = counts_.ensure(std::size_t(sections) + 1, "coarse cell counts and starts");
+    unsigned long long* total = squares_.ensure(1, "sum of squared cell counts");
+    const std::size_t counterBytes = sizeof(int) * std::size_t(sections);
+    const bool useShared = counterBytes + 1024 <= static_cast<std::size_t>(run.device->sharedMemoryPerBlock);
+    const std::size_t sharedBytes = useShared ? counterBytes : 0;
+    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsCount, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes)),
+      "raising the coarse count's shared-memory limit");
+    int perSm = 0;
+    NG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, fennsCount, 1024, sharedBytes),
+      "coarse count occupancy");
+    // A grid-stride loop with as many resident blocks as fit: each block flushes its shared
+    // counters once, so fewer, fuller blocks mean fewer global atomics.
+    const int blocks = std::max(1, std::min(blocksFor(n) / 4 + 1, std::max(1, perSm) * run.device->multiprocessors));
+    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int) * (std::size_t(sections) + 1), run.stream),
+      "clearing coarse counts");
     NG_CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(unsigned long long), run.stream), "clearing a sum");
-    const int blocks = std::min(blocksFor(n), 32 * run.device->multiprocessors);
-    countPerSlot<<<blocks, 256, 0, run.stream>>>(slots_.slotOf(), n, counts);
-    NG_CUDA_CHECK_LAUNCH("countPerSlot");
-    sumOfSquares<<<std::min(blocksFor(slots), 32 * run.device->multiprocessors), 256, 0, run.stream>>>(counts, slots, total);
+    fennsCount<<<blocks, 1024, sharedBytes, run.stream>>>(
+      run.input, n, coarse_, grid_, slots_.slotOf(), slots, flags_.clawsLayout, useShared, counts);
+    NG_CUDA_CHECK_LAUNCH("coarse count");
+    sumOfSquares<<<std::min(blocksFor(slots), 32 * run.device->multiprocessors), 256, 0, run.stream>>>(
+      counts, flags_.clawsLayout ? counts + slots : nullptr, slots, total);
     NG_CUDA_CHECK_LAUNCH("sumOfSquares");
     auto* host = squaresHost_.ensure(1, "sum of squared cell counts (pinned host memory)");
     NG_CUDA_CHECK(cudaMemcpyAsync(host, total, sizeof(unsigned long long), cudaMemcpyDeviceToHost, run.stream),
@@ -334,8 +355,6 @@ private:
   FennsGrid grid_;
   PairTest test_;
   CellLayout layout_;
-  int occupiedBound_ = 0; // the scatter variant's blocks: every slot
-  int itemBound_ = 0;     // the search's blocks: every slot and every further chunk
   SlotCells slots_;
   DeviceBuffer<int> counts_; // section counts, then starts
   DeviceBuffer<int> innerStart_;
@@ -343,6 +362,7 @@ private:
   DeviceBuffer<int> occupied_;
   DeviceBuffer<int2> items_;
   DeviceBuffer<int> listed_;
+  DeviceBuffer<unsigned long long> squares_;
   PinnedBuffer<unsigned long long> squaresHost_;
   DeviceBuffer<Particle> particles_;
   DeviceBuffer<std::int32_t> orderToInput_;

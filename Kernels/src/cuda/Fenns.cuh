@@ -200,22 +200,16 @@ __global__ void listOccupied(CellLayout layout, int chunk, int* __restrict__ occ
   }
 }
 
-/// Points per occupied cell: counts[slotOf[i]] += 1.
-__global__ void countPerSlot(const std::int32_t* __restrict__ slotOf, int n, int* __restrict__ counts)
-{
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
-  {
-    atomicAdd(counts + slotOf[i], 1);
-  }
-}
-
-/// sum over slots of counts^2, into *total.
-__global__ void sumOfSquares(const int* __restrict__ counts, int slots, unsigned long long* __restrict__ total)
+/// The sum over slots of their points squared, into *total: counts[c] points a slot, plus
+/// borders[c] where the counts are CLAWS's inner sections (nullptr otherwise).
+__global__ void sumOfSquares(const int* __restrict__ counts, const int* __restrict__ borders, int slots,
+  unsigned long long* __restrict__ total)
 {
   unsigned long long sum = 0;
   for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < slots; c += gridDim.x * blockDim.x)
   {
-    sum += static_cast<unsigned long long>(counts[c]) * static_cast<unsigned long long>(counts[c]);
+    const unsigned long long points = static_cast<unsigned long long>(counts[c]) + (borders ? borders[c] : 0);
+    sum += points * points;
   }
   for (int offset = 16; offset > 0; offset /= 2)
   {
