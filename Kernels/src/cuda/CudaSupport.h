@@ -193,6 +193,35 @@ private:
   std::size_t capacity_ = 0;
 };
 
+/// A point in a stream the host can wait for without waiting for the work queued after it (an
+/// event without timing, created on first use).
+class StreamMark
+{
+public:
+  StreamMark() = default;
+  StreamMark(const StreamMark&) = delete;
+  StreamMark& operator=(const StreamMark&) = delete;
+  ~StreamMark()
+  {
+    if (event_)
+    {
+      cudaEventDestroy(event_);
+    }
+  }
+  void record(cudaStream_t stream)
+  {
+    if (!event_)
+    {
+      NG_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "creating an event");
+    }
+    NG_CUDA_CHECK(cudaEventRecord(event_, stream), "marking a stream");
+  }
+  void wait(const char* what) const { NG_CUDA_CHECK(cudaEventSynchronize(event_), what); }
+
+private:
+  cudaEvent_t event_ = nullptr;
+};
+
 /// Blocks for a grid-stride or one-item-per-thread launch of `count` items.
 inline int blocksFor(std::int64_t count, int threads = 256)
 {

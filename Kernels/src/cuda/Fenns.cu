@@ -32,7 +32,7 @@ class Fenns final : public CudaMethod
 public:
   Fenns(DevicePool& pool, bool claws)
     : claws_(claws), slots_(pool), counts_(pool), innerStart_(pool), borderCount_(pool), occupied_(pool),
-      items_(pool), listed_(pool), squares_(pool), particles_(pool), orderToInput_(pool), scratch_(pool)
+      items_(pool), particles_(pool), orderToInput_(pool), scratch_(pool)
   {
     // Benchmarking knob: average points per coarse cell.
     if (const char* target = std::getenv("NEIGHBORGRID_FENNS_TARGET"))
@@ -67,7 +67,8 @@ public:
     const std::int64_t slots = 2 * cellCapacity(n, layout) + 2;
     const std::int64_t sections = claws_ ? 2 * slots : slots;
     const std::int64_t chunkItems = 8 * (slots + n / fennsChunk + 1);
-    return SlotCells::plannedBytes(n, layout) + 4 * (sections + 1) + 4 * 3 * (slots + 1) + chunkItems + 20 * n +
+    const std::int64_t countsAndTallies = 4 * (sections + 2) + std::int64_t(sizeof(SortTallies));
+    return SlotCells::plannedBytes(n, layout) + countsAndTallies + 4 * 3 * (slots + 1) + chunkItems + 20 * n +
       (std::int64_t(8) << 20);
   }
 
@@ -82,25 +83,163 @@ public:
     // the sparse cells' own: the clusters' cells then held hundreds of chunks).
     const double fine = cellSizeFor(p.radius, 1);
     double k = coarseSize(p, n) / fine;
-    double perCell = 0;
     for (int attempt = 0;; ++attempt)
     {
       coarse_.size = k * fine;
       coarse_.inverse = 1.0 / coarse_.size;
       slots_.build(run, makeKeyLayout(p.lo, p.hi, coarse_.size), coarse_.size);
       requireThirtyTwoBitSections(slots_.slots(), n);
-      perCell = countSections(run, n);
+      countSections(run, n);
+      // The rest of the sort is queued before the host waits for the population: the GPU sorts
+      // while the host decides (the wait left it idle in every sort; on clouds of up to 65,536
+      // points the sort is mostly such latencies). A rejected attempt costs one reorder.
+      orderByCells(run, n);
+      const double perCell = populationOfCells(n);
       if (attempt == 3 || k <= 1.0 || perCell <= 2.0 * targetPerCell_)
       {
+        // The border is R's alone (the reorder used it); the fine cells follow the points found.
+        grid_ = planFineGrid(p.radius / coarse_.size, run.device->sharedMemoryPerBlock, perCell, fineCellsPerPoint_);
         break;
       }
       k = std::max(1.0, std::floor(k * std::cbrt(double(targetPerCell_) / perCell)));
     }
-    // The border is R's alone (countSections used it); the fine cells follow the points found.
-    grid_ = planFineGrid(p.radius / coarse_.size, run.device->sharedMemoryPerBlock, perCell, fineCellsPerPoint_);
     test_ = makePairTest(p.radius, coarse_.size, 2.0, run.input);
+  }
+
+  double cellSize() const override { return coarse_.size; }
+  Particle* particles() override { return particles_.get(); }
+  const std::int32_t* orderToInput() const override { return orderToInput_.get(); }
+  /// Separate queries read the coarse cells through their slots (FENNS: one range per cell;
+  /// CLAWS: the inner and the border section), 27 around the query's own: the staging in
+  /// shared memory is for blocks whose own points are the particles of a cell.
+  QuerySource querySource() override
+  {
+    QuerySource q = cellQuerySource(slots_.table(layout_.start), particles_.get(), orderToInput_.get(), 1);
+    q.secondStart = layout_.claws ? layout_.start + layout_.slots : nullptr;
+    return q;
+  }
+  std::int64_t heldBytes() const override
+  {
+    return slots_.heldBytes() +
+      std::int64_t(counts_.bytes() + innerStart_.bytes() + borderCount_.bytes() + occupied_.bytes() + items_.bytes() +
+        particles_.bytes() + orderToInput_.bytes() + scratch_.bytes());
+  }
+
+  NEIGHBORGRID_SEARCHES_BY(launch)
+
+private:
+  template <class Op>
+  void launch(CudaRun& run, const Op& op)
+  {
+    if (layout_.slots == 0)
+    {
+      return;
+    }
+    FennsSearchParams params;
+    params.g = grid_;
+    params.table = slots_.table(nullptr);
+    params.layout = layout_;
+    params.occupied = occupied_.get();
+    params.items = items_.get();
+    params.listed = tallies()->listed;
+    params.test = test_;
+    params.decided = run.decided;
+    if (scatter_)
+    {
+      const std::size_t bytes = fennsScatterSharedBytes<Op>(grid_.fineCells);
+      NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearchScatter<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                      static_cast<int>(bytes)),
+        "raising the FENNS search's shared-memory limit");
+      fennsSearchScatter<<<layout_.slots, fennsScatterBlockSize, bytes, run.stream>>>(
+        params, particles_.get(), orderToInput_.get(), op);
+      return;
+    }
+    const std::size_t bytes = fennsSharedBytes<Op>(grid_.fineCells);
+    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+      "raising the FENNS search's shared-memory limit");
+    fennsSearch<<<chunkBound(static_cast<int>(run.count)), fennsThreads, bytes, run.stream>>>(params, particles_.get(), orderToInput_.get(), op, flags_);
+  }
+
+  /// The search's blocks, at most one a listed chunk: every slot's first chunk and every further
+  /// one (the scatter variant: one a slot). requireThirtyTwoBitSections keeps it in an int.
+  int chunkBound(int n) const { return layout_.slots + n / fennsChunk + 1; }
+
+  /// The section starts (CLAWS: two a slot) and the search's blocks (a slot and a chunk each)
+  /// are 32-bit ints: a clear error where a cloud has more occupied coarse cells than that
+  /// (about a billion isolated points; Counting Sort and Radix Sort rank such cells).
+  void requireThirtyTwoBitSections(std::int64_t slots, std::int64_t n) const
+  {
+    const std::int64_t sections = flags_.clawsLayout ? 2 * slots : slots;
+    const std::int64_t blocks = slots + n / fennsChunk + 1; // chunkBound's, in 64 bits
+    if (std::max(sections, blocks) >= std::int64_t(std::numeric_limits<std::int32_t>::max()))
+    {
+      throw Error(std::string("NeighborGrid: ") + (claws_ ? "CLAWS" : "FENNS") + ": " + std::to_string(n) +
+        " points fill " + std::to_string(slots) + " coarse cells, more than its 32-bit cell starts can index; " +
+        "choose Counting Sort or Radix Sort for this cloud");
+    }
+  }
+
+  /// CLAWS sorts into two sections a slot (inner and border), FENNS into one.
+  int sections() const { return flags_.clawsLayout ? 2 * slots_.slots() : slots_.slots(); }
+
+  /// The sort's tallies lie after the section counts (and their end) in one buffer, 8-byte
+  /// aligned: one memset clears both.
+  SortTallies* tallies() const { return reinterpret_cast<SortTallies*>(counts_.get() + ((sections() + 2) & ~1)); }
+
+  /// Part 1 (the paper's Algorithm 1) on the coarse cells of this attempt: points per slot, or
+  /// per inner and border section (CLAWS), in shared memory where the counters fit (the paper's
+  /// case: few coarse cells). Then the points per occupied coarse cell as a point sees it, read
+  /// back without a wait (populationOfCells waits): the sum over cells of their points squared.
+  /// The counts of the attempt that is kept are the sort's: no second count.
+  void countSections(CudaRun& run, int n)
+  {
     const int slots = slots_.slots();
-    const int sections = flags_.clawsLayout ? 2 * slots : slots;
+    const int sections = this->sections();
+    // Only the border matters to the count, and it is R's alone: the fine cells come later.
+    grid_ = planFineGrid(run.problem->radius / coarse_.size, run.device->sharedMemoryPerBlock, 1.0, fineCellsPerPoint_);
+    const std::size_t countAndTallyInts = std::size_t((sections + 2) & ~1) + sizeof(SortTallies) / sizeof(int);
+    int* counts = counts_.ensure(countAndTallyInts, "coarse cell counts and starts");
+    SortTallies* tallies = this->tallies();
+    const std::size_t counterBytes = sizeof(int) * std::size_t(sections);
+    const bool useShared = counterBytes + 1024 <= static_cast<std::size_t>(run.device->sharedMemoryPerBlock);
+    const std::size_t sharedBytes = useShared ? counterBytes : 0;
+    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsCount, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes)),
+      "raising the coarse count's shared-memory limit");
+    int perSm = 0;
+    NG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, fennsCount, 1024, sharedBytes),
+      "coarse count occupancy");
+    // A grid-stride loop with as many resident blocks as fit: each block flushes its shared
+    // counters once, so fewer, fuller blocks mean fewer global atomics.
+    const int blocks = std::max(1, std::min(blocksFor(n) / 4 + 1, std::max(1, perSm) * run.device->multiprocessors));
+    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int) * countAndTallyInts, run.stream),
+      "clearing coarse counts");
+    fennsCount<<<blocks, 1024, sharedBytes, run.stream>>>(
+      run.input, n, coarse_, grid_, slots_.slotOf(), slots, flags_.clawsLayout, useShared, counts);
+    NG_CUDA_CHECK_LAUNCH("coarse count");
+    sumOfSquares<<<std::min(blocksFor(slots), 32 * run.device->multiprocessors), 256, 0, run.stream>>>(
+      counts, flags_.clawsLayout ? counts + slots : nullptr, slots, &tallies->squaredCounts);
+    NG_CUDA_CHECK_LAUNCH("sumOfSquares");
+    auto* host = squaresHost_.ensure(1, "sum of squared cell counts (pinned host memory)");
+    NG_CUDA_CHECK(cudaMemcpyAsync(host, &tallies->squaredCounts, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                    run.stream),
+      "reading the sum of squared cell counts");
+    populationRead_.record(run.stream);
+  }
+
+  /// Waits for countSections' read back (not for the rest of the sort queued behind it) and
+  /// returns the points of the coarse cell an average point lies in (the mean for even data).
+  double populationOfCells(int n)
+  {
+    populationRead_.wait("sizing the coarse cells");
+    return double(*squaresHost_.get()) / double(std::max(1, n));
+  }
+
+  /// Parts 2 and 3 of the sort: section starts by scans, the points reordered into cells, and
+  /// the list of occupied cells and chunks the search's blocks take (left on the device).
+  void orderByCells(CudaRun& run, int n)
+  {
+    const int slots = slots_.slots();
+    const int sections = this->sections();
     int* counts = counts_.get();
     int* innerStart = innerStart_.ensure(std::size_t(slots) + 1, "coarse cell inner starts");
     particles_.ensure(std::size_t(n), "particles (cell order)");
@@ -142,132 +281,13 @@ public:
       NG_CUDA_CHECK_LAUNCH("fennsCellStarts");
       layout_ = CellLayout{ counts, innerStart, slots, false };
     }
-
     // One search block per chunk of an occupied cell (one per cell in the scatter variant). The
     // counts stay on the device: the search is launched at their bounds and the blocks past them
-    // return at once, which costs less than the host's wait for the counts (a round trip that
-    // left the GPU idle in every sort; on clouds of up to 65,536 points the sort is mostly such
-    // latencies).
+    // return at once, which costs less than the host's wait for the counts.
     int* occupied = occupied_.ensure(std::size_t(slots), "occupied coarse cells");
     int2* items = items_.ensure(std::size_t(chunkBound(n)), "coarse cell chunks");
-    int* listed = listed_.ensure(2, "occupied coarse cells and chunks listed");
-    NG_CUDA_CHECK(cudaMemsetAsync(listed, 0, 2 * sizeof(int), run.stream), "clearing the occupied count");
-    listOccupied<<<blocksFor(slots), 256, 0, run.stream>>>(layout_, fennsChunk, occupied, items, listed);
+    listOccupied<<<blocksFor(slots), 256, 0, run.stream>>>(layout_, fennsChunk, occupied, items, tallies()->listed);
     NG_CUDA_CHECK_LAUNCH("listOccupied");
-  }
-
-  double cellSize() const override { return coarse_.size; }
-  Particle* particles() override { return particles_.get(); }
-  const std::int32_t* orderToInput() const override { return orderToInput_.get(); }
-  /// Separate queries read the coarse cells through their slots (FENNS: one range per cell;
-  /// CLAWS: the inner and the border section), 27 around the query's own: the staging in
-  /// shared memory is for blocks whose own points are the particles of a cell.
-  QuerySource querySource() override
-  {
-    QuerySource q = cellQuerySource(slots_.table(layout_.start), particles_.get(), orderToInput_.get(), 1);
-    q.secondStart = layout_.claws ? layout_.start + layout_.slots : nullptr;
-    return q;
-  }
-  std::int64_t heldBytes() const override
-  {
-    return slots_.heldBytes() +
-      std::int64_t(counts_.bytes() + innerStart_.bytes() + borderCount_.bytes() + occupied_.bytes() + items_.bytes() +
-        listed_.bytes() + squares_.bytes() + particles_.bytes() + orderToInput_.bytes() + scratch_.bytes());
-  }
-
-  NEIGHBORGRID_SEARCHES_BY(launch)
-
-private:
-  template <class Op>
-  void launch(CudaRun& run, const Op& op)
-  {
-    FennsSearchParams params;
-    params.g = grid_;
-    params.table = slots_.table(nullptr);
-    params.layout = layout_;
-    params.occupied = occupied_.get();
-    params.items = items_.get();
-    params.listed = listed_.get();
-    params.test = test_;
-    params.decided = run.decided;
-    if (layout_.slots == 0)
-    {
-      return;
-    }
-    if (scatter_)
-    {
-      const std::size_t bytes = fennsScatterSharedBytes<Op>(grid_.fineCells);
-      NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearchScatter<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                      static_cast<int>(bytes)),
-        "raising the FENNS search's shared-memory limit");
-      fennsSearchScatter<<<layout_.slots, fennsScatterBlockSize, bytes, run.stream>>>(
-        params, particles_.get(), orderToInput_.get(), op);
-      return;
-    }
-    const std::size_t bytes = fennsSharedBytes<Op>(grid_.fineCells);
-    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-      "raising the FENNS search's shared-memory limit");
-    fennsSearch<<<chunkBound(static_cast<int>(run.count)), fennsThreads, bytes, run.stream>>>(params, particles_.get(), orderToInput_.get(), op, flags_);
-  }
-
-  /// The search's blocks, at most one a listed chunk: every slot's first chunk and every further
-  /// one (the scatter variant: one a slot). requireThirtyTwoBitSections keeps it in an int.
-  int chunkBound(int n) const { return layout_.slots + n / fennsChunk + 1; }
-
-  /// The section starts (CLAWS: two a slot) and the search's blocks (a slot and a chunk each)
-  /// are 32-bit ints: a clear error where a cloud has more occupied coarse cells than that
-  /// (about a billion isolated points; Counting Sort and Radix Sort rank such cells).
-  void requireThirtyTwoBitSections(std::int64_t slots, std::int64_t n) const
-  {
-    const std::int64_t sections = flags_.clawsLayout ? 2 * slots : slots;
-    const std::int64_t blocks = slots + n / fennsChunk + 1; // chunkBound's, in 64 bits
-    if (std::max(sections, blocks) >= std::int64_t(std::numeric_limits<std::int32_t>::max()))
-    {
-      throw Error(std::string("NeighborGrid: ") + (claws_ ? "CLAWS" : "FENNS") + ": " + std::to_string(n) +
-        " points fill " + std::to_string(slots) + " coarse cells, more than its 32-bit cell starts can index; " +
-        "choose Counting Sort or Radix Sort for this cloud");
-    }
-  }
-
-  /// Part 1 (the paper's Algorithm 1) on the coarse cells of this attempt: points per slot, or
-  /// per inner and border section (CLAWS), in shared memory where the counters fit (the paper's
-  /// case: few coarse cells). Returns the points per occupied coarse cell as a point sees it: the
-  /// sum over cells of their points squared, over n (the points of the cell an average point lies
-  /// in; the mean for even data), the one value the host waits for. The counts of the attempt
-  /// that is kept are the sort's: no second count.
-  double countSections(CudaRun& run, int n)
-  {
-    const int slots = slots_.slots();
-    const int sections = flags_.clawsLayout ? 2 * slots : slots;
-    // Only the border matters to the count, and it is R's alone: the fine cells come later.
-    grid_ = planFineGrid(run.problem->radius / coarse_.size, run.device->sharedMemoryPerBlock, 1.0, fineCellsPerPoint_);
-    int* counts = counts_.ensure(std::size_t(sections) + 1, "coarse cell counts and starts");
-    unsigned long long* total = squares_.ensure(1, "sum of squared cell counts");
-    const std::size_t counterBytes = sizeof(int) * std::size_t(sections);
-    const bool useShared = counterBytes + 1024 <= static_cast<std::size_t>(run.device->sharedMemoryPerBlock);
-    const std::size_t sharedBytes = useShared ? counterBytes : 0;
-    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsCount, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes)),
-      "raising the coarse count's shared-memory limit");
-    int perSm = 0;
-    NG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, fennsCount, 1024, sharedBytes),
-      "coarse count occupancy");
-    // A grid-stride loop with as many resident blocks as fit: each block flushes its shared
-    // counters once, so fewer, fuller blocks mean fewer global atomics.
-    const int blocks = std::max(1, std::min(blocksFor(n) / 4 + 1, std::max(1, perSm) * run.device->multiprocessors));
-    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int) * (std::size_t(sections) + 1), run.stream),
-      "clearing coarse counts");
-    NG_CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(unsigned long long), run.stream), "clearing a sum");
-    fennsCount<<<blocks, 1024, sharedBytes, run.stream>>>(
-      run.input, n, coarse_, grid_, slots_.slotOf(), slots, flags_.clawsLayout, useShared, counts);
-    NG_CUDA_CHECK_LAUNCH("coarse count");
-    sumOfSquares<<<std::min(blocksFor(slots), 32 * run.device->multiprocessors), 256, 0, run.stream>>>(
-      counts, flags_.clawsLayout ? counts + slots : nullptr, slots, total);
-    NG_CUDA_CHECK_LAUNCH("sumOfSquares");
-    auto* host = squaresHost_.ensure(1, "sum of squared cell counts (pinned host memory)");
-    NG_CUDA_CHECK(cudaMemcpyAsync(host, total, sizeof(unsigned long long), cudaMemcpyDeviceToHost, run.stream),
-      "reading the sum of squared cell counts");
-    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "sizing the coarse cells");
-    return double(*host) / double(std::max(1, n));
   }
 
   /// The coarse cell size: k cells of size R, k the largest for which a coarse cell holds at most
@@ -356,14 +376,13 @@ private:
   PairTest test_;
   CellLayout layout_;
   SlotCells slots_;
-  DeviceBuffer<int> counts_; // section counts, then starts
+  DeviceBuffer<int> counts_; // section counts, then starts; then SortTallies
   DeviceBuffer<int> innerStart_;
   DeviceBuffer<int> borderCount_;
   DeviceBuffer<int> occupied_;
   DeviceBuffer<int2> items_;
-  DeviceBuffer<int> listed_;
-  DeviceBuffer<unsigned long long> squares_;
   PinnedBuffer<unsigned long long> squaresHost_;
+  StreamMark populationRead_; // the host waits here, not for the whole sort
   DeviceBuffer<Particle> particles_;
   DeviceBuffer<std::int32_t> orderToInput_;
   DeviceBuffer<unsigned char> scratch_;

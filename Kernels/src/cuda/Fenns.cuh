@@ -200,6 +200,13 @@ __global__ void listOccupied(CellLayout layout, int chunk, int* __restrict__ occ
   }
 }
 
+/// What the sort tallies on the device for the host and the search.
+struct SortTallies
+{
+  unsigned long long squaredCounts = 0; // sumOfSquares: the host sizes the coarse cells by it
+  int listed[2] = { 0, 0 };             // listOccupied: occupied cells and chunks listed
+};
+
 /// The sum over slots of their points squared, into *total: counts[c] points a slot, plus
 /// borders[c] where the counts are CLAWS's inner sections (nullptr otherwise).
 __global__ void sumOfSquares(const int* __restrict__ counts, const int* __restrict__ borders, int slots,
