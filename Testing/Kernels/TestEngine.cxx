@@ -422,6 +422,26 @@ void expectCountsAndDensity(Engine& engine, Request r, const Cloud& cloud, const
   }
 }
 
+/// A clustered cloud of 6,000 points with R = 0.45 and its counts and density in double: the
+/// exactness case for one method's variants and knobs.
+struct ClusteredExactCase
+{
+  static constexpr double radius = 0.45;
+  Cloud cloud;
+  Reference ref;
+  std::vector<double> rhoRef;
+
+  explicit ClusteredExactCase(std::uint64_t seed)
+    : cloud(ngtest::makeCloud("clustered", 6000, 8.0, seed)), ref(cloud, radius),
+      rhoRef(ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0))
+  {
+  }
+  void expectExact(Engine& engine, Method method) const
+  {
+    expectCountsAndDensity(engine, baseRequest(cloud, radius, method), cloud, ref, rhoRef);
+  }
+};
+
 // FENNS with very small coarse cells (most particles in border sections, many chunks of few
 // particles) and very large ones (many chunks per cell): the grid sizes must never change results.
 TEST(EngineMethods, FennsIsExactForAnyCoarseCellSize)
@@ -430,10 +450,7 @@ TEST(EngineMethods, FennsIsExactForAnyCoarseCellSize)
   {
     GTEST_SKIP() << "FENNS runs on the CUDA backend only";
   }
-  Cloud cloud = ngtest::makeCloud("clustered", 6000, 8.0, 15);
-  const double radius = 0.45;
-  Reference ref(cloud, radius);
-  const auto rhoRef = ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0);
+  const ClusteredExactCase exact(15);
   for (const char* variant : { "gather", "scatter" })
   {
     setenv("NEIGHBORGRID_FENNS_VARIANT", variant, 1);
@@ -442,7 +459,7 @@ TEST(EngineMethods, FennsIsExactForAnyCoarseCellSize)
       SCOPED_TRACE(std::string("NEIGHBORGRID_FENNS_TARGET=") + target + ", NEIGHBORGRID_FENNS_VARIANT=" + variant);
       setenv("NEIGHBORGRID_FENNS_TARGET", target, 1);
       Engine engine; // reads the knobs when its CUDA backend starts
-      expectCountsAndDensity(engine, baseRequest(cloud, radius, Method::FENNS), cloud, ref, rhoRef);
+      exact.expectExact(engine, Method::FENNS);
     }
   }
   unsetenv("NEIGHBORGRID_FENNS_TARGET");
@@ -458,16 +475,13 @@ TEST(EngineMethods, RankedSlotCellsAreExact)
   {
     GTEST_SKIP() << "the occupied-cell table is the CUDA backend's";
   }
-  Cloud cloud = ngtest::makeCloud("clustered", 6000, 8.0, 17);
-  const double radius = 0.45;
-  Reference ref(cloud, radius);
-  const auto rhoRef = ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0);
+  const ClusteredExactCase exact(17);
   setenv("NEIGHBORGRID_SLOT_CELLS_RANKED", "1", 1);
   for (Method method : { Method::CountingSort, Method::FENNS, Method::CLAWS })
   {
     SCOPED_TRACE(toString(method));
     Engine engine;
-    expectCountsAndDensity(engine, baseRequest(cloud, radius, method), cloud, ref, rhoRef);
+    exact.expectExact(engine, method);
   }
   unsetenv("NEIGHBORGRID_SLOT_CELLS_RANKED");
 }
