@@ -1160,19 +1160,20 @@ private:
         return Method::CLAWS;
       }
     }
-    // Sparse data (between 2e-4 and 0.2 points per cell of size R over the bounds, from 256K
+    // Sparse data (between 2e-4 and 1 point per cell of size R over the bounds, from 256K
     // points on): CLAWS, whose coarse cells then span many cells of size R and keep its blocks
     // busy, while the baselines visit 27 nearly empty cells per point (4M points, R = 0.5 in a
-    // box of 180: CLAWS 1.53 ms, Counting Sort 4.07 ms; 524,288 points, R = 0.3 in a box of
-    // 360, 3e-4 per cell: CLAWS 0.235 ms, Counting Sort 0.314, since its coarse cells may be
-    // 256 R wide).
+    // box of 180: CLAWS 1.43 ms, Counting Sort 4.07 ms; 524,288 points, R = 0.3 in a box of
+    // 360, 3e-4 per cell: CLAWS 0.178 ms, Counting Sort 0.316, since its coarse cells may be
+    // 256 R wide; 4M points, R = 0.8 and 1 in a box of 180, 0.37 and 0.72 per cell: CLAWS 1.65
+    // and 1.80 ms, Radix Sort 1.86 and 1.91).
     double volume = 1.0;
     for (int a = 0; a < 3; ++a)
     {
       volume *= std::max(p.hi[a] - p.lo[a], fine);
     }
     const double perCell = n * fine * fine * fine / volume;
-    if (p.count >= 262144 && perCell > 2e-4 && perCell < 0.2)
+    if (p.count >= 262144 && perCell > 2e-4 && perCell < 1.0)
     {
       return Method::CLAWS;
     }
