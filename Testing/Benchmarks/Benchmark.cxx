@@ -45,6 +45,7 @@ struct Scenario
   bool outlier = false;        // n - 1 points in [0, scene]^3 and one at (1e6, 1e6, 1e6)
   int runs = 0;                // runs per method when not --runs (0: --runs)
   int smoothedComponents = 0;  // Smoothing: Shepard smoothing of an array of this many components
+  float outlierAt = 1e6f;      // the outlier's coordinates (each axis)
 };
 
 /// The rows of FENNS Tables 1-3 and CLAWS Tables 1-2, plus the 4M density row of the issues.
@@ -131,6 +132,16 @@ std::vector<Scenario> scenarios(const std::string& table)
     Scenario row{ "outlier-1M", 1000001, 1e-3, 1e-5, Operation::NeighborCount };
     row.outlier = true;
     rows.push_back(row);
+    // Small sparse clouds (FENNS Table 1's box and R = 1) with one point 2,000 away: the bounds'
+    // density (1e-6 and 8e-6 points per cell of R) is one that Auto gives CLAWS, whose first
+    // coarse cells are then far too wide and must be corrected.
+    for (std::int64_t n : { 8193, 65537 })
+    {
+      Scenario small{ n == 8193 ? "outlier-8K" : "outlier-64K", n, 180.0, 1.0, Operation::Density };
+      small.outlier = true;
+      small.outlierAt = 2000.0f;
+      rows.push_back(small);
+    }
   }
   if (table == "scale" || table == "billion")
   {
@@ -1446,7 +1457,7 @@ int main(int argc, char** argv)
     std::vector<float> xyz = uniformCloud(s.n, s.scene, 12345 + s.n * 31, 1);
     if (s.outlier)
     {
-      xyz[3 * (s.n - 1)] = xyz[3 * (s.n - 1) + 1] = xyz[3 * (s.n - 1) + 2] = 1e6f;
+      xyz[3 * (s.n - 1)] = xyz[3 * (s.n - 1) + 1] = xyz[3 * (s.n - 1) + 2] = s.outlierAt;
     }
     std::vector<float> density(s.n);
     std::vector<std::int32_t> counts(s.n);

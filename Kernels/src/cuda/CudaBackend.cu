@@ -1166,7 +1166,10 @@ private:
     // box of 180: CLAWS 1.43 ms, Counting Sort 4.07 ms; 524,288 points, R = 0.3 in a box of
     // 360, 3e-4 per cell: CLAWS 0.178 ms, Counting Sort 0.316, since its coarse cells may be
     // 256 R wide; 4M points, R = 0.8 and 1 in a box of 180, 0.37 and 0.72 per cell: CLAWS 1.65
-    // and 1.80 ms, Radix Sort 1.86 and 1.91).
+    // and 1.80 ms, Radix Sort 1.86 and 1.91). Not below 256K points, although CLAWS is 10-40%
+    // faster on the papers' sparse rows there: one far point, which the bounds' density cannot
+    // tell from sparse data, makes CLAWS 2-4.5x slower than Counting Sort at that size (its first
+    // coarse cells hold the whole cloud; RESULTS.md, "FENNS and CLAWS on small clouds").
     double volume = 1.0;
     for (int a = 0; a < 3; ++a)
     {

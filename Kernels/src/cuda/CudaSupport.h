@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -221,6 +223,23 @@ public:
 private:
   cudaEvent_t event_ = nullptr;
 };
+
+/// Lets `kernel` launch with `bytes` of dynamic shared memory on `device`: raises its limit where
+/// it is lower, and only then calls the driver (runs of a few thousand points are mostly such host
+/// calls). Limits only grow, so a limit another engine raised on the same device stays valid.
+template <class Kernel>
+void allowDynamicSharedMemory(Kernel* kernel, int device, std::size_t bytes, const char* what)
+{
+  static std::mutex guard;
+  static std::map<std::pair<int, const void*>, std::size_t> raised;
+  const std::lock_guard<std::mutex> lock(guard);
+  std::size_t& limit = raised[{ device, reinterpret_cast<const void*>(kernel) }];
+  if (bytes > limit)
+  {
+    NG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
+    limit = bytes;
+  }
+}
 
 /// Blocks for a grid-stride or one-item-per-thread launch of `count` items.
 inline int blocksFor(std::int64_t count, int threads = 256)

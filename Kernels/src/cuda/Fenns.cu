@@ -147,16 +147,13 @@ private:
     if (scatter_)
     {
       const std::size_t bytes = fennsScatterSharedBytes<Op>(grid_.fineCells);
-      NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearchScatter<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                      static_cast<int>(bytes)),
-        "raising the FENNS search's shared-memory limit");
+      allowDynamicSharedMemory(fennsSearchScatter<Op>, run.device->id, bytes, "raising the FENNS search's shared-memory limit");
       fennsSearchScatter<<<layout_.slots, fennsScatterBlockSize, bytes, run.stream>>>(
         params, particles_.get(), orderToInput_.get(), op);
       return;
     }
     const std::size_t bytes = fennsSharedBytes<Op>(grid_.fineCells);
-    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-      "raising the FENNS search's shared-memory limit");
+    allowDynamicSharedMemory(fennsSearch<Op>, run.device->id, bytes, "raising the FENNS search's shared-memory limit");
     fennsSearch<<<chunkBound(static_cast<int>(run.count)), fennsThreads, bytes, run.stream>>>(params, particles_.get(), orderToInput_.get(), op, flags_);
   }
 
@@ -184,7 +181,8 @@ private:
 
   /// The sort's tallies lie after the section counts (and their end) in one buffer, 8-byte
   /// aligned: one memset clears both.
-  SortTallies* tallies() const { return reinterpret_cast<SortTallies*>(counts_.get() + ((sections() + 2) & ~1)); }
+  static std::size_t talliesOffset(int sections) { return std::size_t((sections + 2) & ~1); }
+  SortTallies* tallies() const { return reinterpret_cast<SortTallies*>(counts_.get() + talliesOffset(sections())); }
 
   /// Part 1 (the paper's Algorithm 1) on the coarse cells of this attempt: points per slot, or
   /// per inner and border section (CLAWS), in shared memory where the counters fit (the paper's
@@ -197,33 +195,55 @@ private:
     const int sections = this->sections();
     // Only the border matters to the count, and it is R's alone: the fine cells come later.
     grid_ = planFineGrid(run.problem->radius / coarse_.size, run.device->sharedMemoryPerBlock, 1.0, fineCellsPerPoint_);
-    const std::size_t countAndTallyInts = std::size_t((sections + 2) & ~1) + sizeof(SortTallies) / sizeof(int);
+    const std::size_t countAndTallyInts = talliesOffset(sections) + sizeof(SortTallies) / sizeof(int);
     int* counts = counts_.ensure(countAndTallyInts, "coarse cell counts and starts");
     SortTallies* tallies = this->tallies();
     const std::size_t counterBytes = sizeof(int) * std::size_t(sections);
     const bool useShared = counterBytes + 1024 <= static_cast<std::size_t>(run.device->sharedMemoryPerBlock);
     const std::size_t sharedBytes = useShared ? counterBytes : 0;
-    NG_CUDA_CHECK(cudaFuncSetAttribute(fennsCount, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes)),
-      "raising the coarse count's shared-memory limit");
-    int perSm = 0;
-    NG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, fennsCount, 1024, sharedBytes),
-      "coarse count occupancy");
+    allowDynamicSharedMemory(fennsCount, run.device->id, sharedBytes, "raising the coarse count's shared-memory limit");
     // A grid-stride loop with as many resident blocks as fit: each block flushes its shared
     // counters once, so fewer, fuller blocks mean fewer global atomics.
-    const int blocks = std::max(1, std::min(blocksFor(n) / 4 + 1, std::max(1, perSm) * run.device->multiprocessors));
+    const int blocks = std::max(1, std::min(blocksFor(n) / 4 + 1, countBlocksPerSm(sharedBytes) * run.device->multiprocessors));
     NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int) * countAndTallyInts, run.stream),
       "clearing coarse counts");
     fennsCount<<<blocks, 1024, sharedBytes, run.stream>>>(
       run.input, n, coarse_, grid_, slots_.slotOf(), slots, flags_.clawsLayout, useShared, counts);
     NG_CUDA_CHECK_LAUNCH("coarse count");
-    sumOfSquares<<<std::min(blocksFor(slots), 32 * run.device->multiprocessors), 256, 0, run.stream>>>(
-      counts, flags_.clawsLayout ? counts + slots : nullptr, slots, &tallies->squaredCounts);
-    NG_CUDA_CHECK_LAUNCH("sumOfSquares");
+    // The section starts' scans (orderByCells) join the sum in one block where the sections fit.
+    scannedWithSquares_ = sections + 1 <= smallSortEntries;
+    if (scannedWithSquares_)
+    {
+      int* innerStart = flags_.clawsLayout ? nullptr : innerStart_.ensure(std::size_t(slots) + 1, "coarse cell inner starts");
+      scanSmallSort<<<1, smallSortThreads, 0, run.stream>>>(
+        counts, sections + 1, slots, flags_.clawsLayout, innerStart, &tallies->squaredCounts);
+      NG_CUDA_CHECK_LAUNCH("scanSmallSort");
+    }
+    else
+    {
+      sumOfSquares<<<std::min(blocksFor(slots), 32 * run.device->multiprocessors), 256, 0, run.stream>>>(
+        counts, flags_.clawsLayout ? counts + slots : nullptr, slots, &tallies->squaredCounts);
+      NG_CUDA_CHECK_LAUNCH("sumOfSquares");
+    }
     auto* host = squaresHost_.ensure(1, "sum of squared cell counts (pinned host memory)");
     NG_CUDA_CHECK(cudaMemcpyAsync(host, &tallies->squaredCounts, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
                     run.stream),
       "reading the sum of squared cell counts");
     populationRead_.record(run.stream);
+  }
+
+  /// Resident blocks of the coarse count an SM, asked of the driver once a shared-memory size (a
+  /// host call that clouds of a few thousand points would feel at every attempt).
+  int countBlocksPerSm(std::size_t sharedBytes)
+  {
+    if (sharedBytes != countOccupancy_.first || countOccupancy_.second == 0)
+    {
+      int perSm = 0;
+      NG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, fennsCount, 1024, sharedBytes),
+        "coarse count occupancy");
+      countOccupancy_ = { sharedBytes, std::max(1, perSm) };
+    }
+    return countOccupancy_.second;
   }
 
   /// Waits for countSections' read back (not for the rest of the sort queued behind it) and
@@ -234,8 +254,9 @@ private:
     return double(*squaresHost_.get()) / double(std::max(1, n));
   }
 
-  /// Parts 2 and 3 of the sort: section starts by scans, the points reordered into cells, and
-  /// the list of occupied cells and chunks the search's blocks take (left on the device).
+  /// Parts 2 and 3 of the sort: section starts by scans (countSections' one block already made
+  /// them for small clouds), the points reordered into cells, and the list of occupied cells and
+  /// chunks the search's blocks take (left on the device).
   void orderByCells(CudaRun& run, int n)
   {
     const int slots = slots_.slots();
@@ -246,17 +267,24 @@ private:
     orderToInput_.ensure(std::size_t(n), "cell order to input order");
 
     std::size_t exclusiveBytes = 0, inclusiveBytes = 0;
-    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, exclusiveBytes, counts, innerStart, slots + 1, run.stream),
-      "sizing the coarse scan");
-    NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, inclusiveBytes, counts, counts, sections + 1, run.stream),
-      "sizing the coarse scan");
-    void* scratch = scratch_.ensure(std::max(exclusiveBytes, inclusiveBytes), "scan scratch");
+    void* scratch = nullptr;
+    if (!scannedWithSquares_)
+    {
+      NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, exclusiveBytes, counts, innerStart, slots + 1, run.stream),
+        "sizing the coarse scan");
+      NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, inclusiveBytes, counts, counts, sections + 1, run.stream),
+        "sizing the coarse scan");
+      scratch = scratch_.ensure(std::max(exclusiveBytes, inclusiveBytes), "scan scratch");
+    }
     const int reorderBlocks = std::min(blocksFor(n), 32 * run.device->multiprocessors);
     if (flags_.clawsLayout)
     {
       // CLAWS: one inclusive scan gives every section's end; points fill sections from the end.
-      NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(scratch, inclusiveBytes, counts, counts, sections + 1, run.stream),
-        "inclusive scan of section counts");
+      if (!scannedWithSquares_)
+      {
+        NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(scratch, inclusiveBytes, counts, counts, sections + 1, run.stream),
+          "inclusive scan of section counts");
+      }
       clawsReorder<<<reorderBlocks, 256, 0, run.stream>>>(
         run.input, n, coarse_, grid_, slots_.slotOf(), slots, counts, particles_.get(), orderToInput_.get());
       NG_CUDA_CHECK_LAUNCH("clawsReorder");
@@ -266,10 +294,13 @@ private:
     {
       // FENNS: exclusive sums (border sections fill from each cell's start) and inclusive sums
       // (inner sections fill from each cell's end), as in the paper.
-      NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scratch, exclusiveBytes, counts, innerStart, slots + 1, run.stream),
-        "exclusive scan of coarse counts");
-      NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(scratch, inclusiveBytes, counts, counts, slots + 1, run.stream),
-        "inclusive scan of coarse counts");
+      if (!scannedWithSquares_)
+      {
+        NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scratch, exclusiveBytes, counts, innerStart, slots + 1, run.stream),
+          "exclusive scan of coarse counts");
+        NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(scratch, inclusiveBytes, counts, counts, slots + 1, run.stream),
+          "inclusive scan of coarse counts");
+      }
       int* borderCount = borderCount_.ensure(std::size_t(slots), "coarse cell border counts");
       NG_CUDA_CHECK(cudaMemsetAsync(borderCount, 0, sizeof(int) * std::size_t(slots), run.stream),
         "clearing border counts");
@@ -383,6 +414,8 @@ private:
   DeviceBuffer<int2> items_;
   PinnedBuffer<unsigned long long> squaresHost_;
   StreamMark populationRead_; // the host waits here, not for the whole sort
+  std::pair<std::size_t, int> countOccupancy_{ 0, 0 }; // countBlocksPerSm: shared bytes, blocks an SM
+  bool scannedWithSquares_ = false; // this attempt's section starts came with its sum (scanSmallSort)
   DeviceBuffer<Particle> particles_;
   DeviceBuffer<std::int32_t> orderToInput_;
   DeviceBuffer<unsigned char> scratch_;

@@ -14,6 +14,7 @@
 
 #include "CellTable.h"
 
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include <climits>
@@ -225,6 +226,65 @@ __global__ void sumOfSquares(const int* __restrict__ counts, const int* __restri
   if (threadIdx.x % 32 == 0 && sum)
   {
     atomicAdd(total, sum);
+  }
+}
+
+/// Clouds whose sections fit one block (smallSortEntries): the sum of squares of sumOfSquares and
+/// the scans of the sort in one launch instead of three, since a sort of a few thousand points is
+/// mostly the host's launch calls. counts: the `entries` section counts (the last a zero), scanned
+/// in place (inclusive sums); exclusive, where not null, receives their exclusive sums (FENNS's
+/// inner starts); slots and borders as in sumOfSquares.
+constexpr int smallSortThreads = 1024;
+constexpr int smallSortItems = 8;
+constexpr int smallSortEntries = 4 * smallSortThreads * smallSortItems;
+
+__global__ void __launch_bounds__(smallSortThreads) scanSmallSort(int* __restrict__ counts, int entries, int slots,
+  bool bordersFollow, int* __restrict__ exclusive, unsigned long long* __restrict__ total)
+{
+  using Scan = cub::BlockScan<int, smallSortThreads>;
+  using Reduce = cub::BlockReduce<unsigned long long, smallSortThreads>;
+  __shared__ union
+  {
+    typename Scan::TempStorage scan;
+    typename Reduce::TempStorage reduce;
+  } temp;
+  // The squares first: the scan overwrites the counts they read.
+  unsigned long long squares = 0;
+  for (int c = threadIdx.x; c < slots; c += smallSortThreads)
+  {
+    const unsigned long long points = static_cast<unsigned long long>(counts[c]) + (bordersFollow ? counts[slots + c] : 0);
+    squares += points * points;
+  }
+  const unsigned long long sum = Reduce(temp.reduce).Sum(squares);
+  if (threadIdx.x == 0)
+  {
+    *total = sum;
+  }
+  __syncthreads();
+  int carry = 0;
+  for (int base = 0; base < entries; base += smallSortThreads * smallSortItems)
+  {
+    const int first = base + threadIdx.x * smallSortItems;
+    int items[smallSortItems], sums[smallSortItems];
+    for (int k = 0; k < smallSortItems; ++k)
+    {
+      items[k] = first + k < entries ? counts[first + k] : 0;
+    }
+    int tileTotal = 0;
+    Scan(temp.scan).InclusiveSum(items, sums, tileTotal);
+    for (int k = 0; k < smallSortItems; ++k)
+    {
+      if (first + k < entries)
+      {
+        counts[first + k] = carry + sums[k];
+        if (exclusive)
+        {
+          exclusive[first + k] = carry + sums[k] - items[k];
+        }
+      }
+    }
+    carry += tileTotal;
+    __syncthreads(); // the next tile reuses the scan's storage
   }
 }
 

@@ -726,8 +726,7 @@ int CudaKthNeighbor::run(CudaRun& run, std::int64_t queries, int k, float* out)
       std::to_string(run.device->sharedMemoryPerBlock));
   }
   const int heapBytes = 4 * k * threads;
-  NG_CUDA_CHECK(cudaFuncSetAttribute(kthNeighborLevel, cudaFuncAttributeMaxDynamicSharedMemorySize, heapBytes),
-    "shared memory of the Smoothing Length search");
+  allowDynamicSharedMemory(kthNeighborLevel, run.device->id, std::size_t(heapBytes), "shared memory of the Smoothing Length search");
 
   // Once the Morton order exists, every level's cells are runs of it: the grids need no sort, and
   // share one order and one copy of the coordinates.

@@ -1273,8 +1273,7 @@ private:
     search.clusterPairs = usesClusterPairs<Op>();
     const std::size_t bytes =
       std::size_t(capacity_ + 1) * stagedPointBytesFor<Op>() + (search.clusterPairs ? clusterListBytes : rowListBytes);
-    NG_CUDA_CHECK(cudaFuncSetAttribute(stagedTilesSearch<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
-      "allowing the staged tiles' shared memory");
+    allowDynamicSharedMemory(stagedTilesSearch<Op>, run.device->id, bytes, "allowing the staged tiles' shared memory");
     stagedTilesSearch<<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
   }
 
