@@ -154,11 +154,13 @@ private:
     }
     const std::size_t bytes = fennsSharedBytes<Op>(grid_.fineCells);
     allowDynamicSharedMemory(fennsSearch<Op>, run.device->id, bytes, "raising the FENNS search's shared-memory limit");
-    fennsSearch<<<chunkBound(static_cast<int>(run.count)), fennsThreads, bytes, run.stream>>>(params, particles_.get(), orderToInput_.get(), op, flags_);
+    // One block a listed chunk: their number came back with the sum of squares (empty slots of
+    // the table, which a far point or a dense cluster makes as many as the points, get none).
+    fennsSearch<<<std::max(1, searchBlocks_), fennsThreads, bytes, run.stream>>>(params, particles_.get(), orderToInput_.get(), op, flags_);
   }
 
-  /// The search's blocks, at most one a listed chunk: every slot's first chunk and every further
-  /// one (the scatter variant: one a slot). requireThirtyTwoBitSections keeps it in an int.
+  /// The most chunks a sort can list (the work items' buffer): every slot's first chunk and every
+  /// further one. requireThirtyTwoBitSections keeps it in an int.
   int chunkBound(int n) const { return layout_.slots + n / fennsChunk + 1; }
 
   /// The section starts (CLAWS: two a slot) and the search's blocks (a slot and a chunk each)
@@ -216,19 +218,18 @@ private:
     {
       int* innerStart = flags_.clawsLayout ? nullptr : innerStart_.ensure(std::size_t(slots) + 1, "coarse cell inner starts");
       scanSmallSort<<<1, smallSortThreads, 0, run.stream>>>(
-        counts, sections + 1, slots, flags_.clawsLayout, innerStart, &tallies->squaredCounts);
+        counts, sections + 1, slots, flags_.clawsLayout, fennsChunk, innerStart, tallies);
       NG_CUDA_CHECK_LAUNCH("scanSmallSort");
     }
     else
     {
       sumOfSquares<<<std::min(blocksFor(slots), 32 * run.device->multiprocessors), 256, 0, run.stream>>>(
-        counts, flags_.clawsLayout ? counts + slots : nullptr, slots, &tallies->squaredCounts);
+        counts, flags_.clawsLayout ? counts + slots : nullptr, slots, fennsChunk, tallies);
       NG_CUDA_CHECK_LAUNCH("sumOfSquares");
     }
-    auto* host = squaresHost_.ensure(1, "sum of squared cell counts (pinned host memory)");
-    NG_CUDA_CHECK(cudaMemcpyAsync(host, &tallies->squaredCounts, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
-                    run.stream),
-      "reading the sum of squared cell counts");
+    auto* host = talliesHost_.ensure(2, "sum of squared cell counts and chunks (pinned host memory)");
+    NG_CUDA_CHECK(cudaMemcpyAsync(host, tallies, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, run.stream),
+      "reading the sum of squared cell counts and the chunks");
     populationRead_.record(run.stream);
   }
 
@@ -246,12 +247,14 @@ private:
     return countOccupancy_.second;
   }
 
-  /// Waits for countSections' read back (not for the rest of the sort queued behind it) and
-  /// returns the points of the coarse cell an average point lies in (the mean for even data).
+  /// Waits for countSections' read back (not for the rest of the sort queued behind it), keeps
+  /// the attempt's chunks as the search's blocks, and returns the points of the coarse cell an
+  /// average point lies in (the mean for even data).
   double populationOfCells(int n)
   {
     populationRead_.wait("sizing the coarse cells");
-    return double(*squaresHost_.get()) / double(std::max(1, n));
+    searchBlocks_ = static_cast<int>(talliesHost_.get()[1]); // at most chunkBound: an int
+    return double(talliesHost_.get()[0]) / double(std::max(1, n));
   }
 
   /// Parts 2 and 3 of the sort: section starts by scans (countSections' one block already made
@@ -312,9 +315,9 @@ private:
       NG_CUDA_CHECK_LAUNCH("fennsCellStarts");
       layout_ = CellLayout{ counts, innerStart, slots, false };
     }
-    // One search block per chunk of an occupied cell (one per cell in the scatter variant). The
-    // counts stay on the device: the search is launched at their bounds and the blocks past them
-    // return at once, which costs less than the host's wait for the counts.
+    // One search block per chunk of an occupied cell (one per slot in the scatter variant, whose
+    // empty slots return at once). The lists stay on the device; the number of chunks came back
+    // with the sum of squares, so the search launches no block for an empty slot.
     int* occupied = occupied_.ensure(std::size_t(slots), "occupied coarse cells");
     int2* items = items_.ensure(std::size_t(chunkBound(n)), "coarse cell chunks");
     listOccupied<<<blocksFor(slots), 256, 0, run.stream>>>(layout_, fennsChunk, occupied, items, tallies()->listed);
@@ -412,10 +415,11 @@ private:
   DeviceBuffer<int> borderCount_;
   DeviceBuffer<int> occupied_;
   DeviceBuffer<int2> items_;
-  PinnedBuffer<unsigned long long> squaresHost_;
+  PinnedBuffer<unsigned long long> talliesHost_; // SortTallies' squaredCounts and chunks, read back
   StreamMark populationRead_; // the host waits here, not for the whole sort
   std::pair<std::size_t, int> countOccupancy_{ 0, 0 }; // countBlocksPerSm: shared bytes, blocks an SM
   bool scannedWithSquares_ = false; // this attempt's section starts came with its sum (scanSmallSort)
+  int searchBlocks_ = 0;            // the kept attempt's chunks (populationOfCells)
   DeviceBuffer<Particle> particles_;
   DeviceBuffer<std::int32_t> orderToInput_;
   DeviceBuffer<unsigned char> scratch_;

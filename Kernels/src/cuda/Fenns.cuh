@@ -201,31 +201,42 @@ __global__ void listOccupied(CellLayout layout, int chunk, int* __restrict__ occ
   }
 }
 
-/// What the sort tallies on the device for the host and the search.
+/// What the sort tallies on the device for the host and the search. The first two are read back
+/// together.
 struct SortTallies
 {
-  unsigned long long squaredCounts = 0; // sumOfSquares: the host sizes the coarse cells by it
+  unsigned long long squaredCounts = 0; // the host sizes the coarse cells by it
+  unsigned long long chunks = 0;        // the search's blocks: chunks of `chunk` points a cell
   int listed[2] = { 0, 0 };             // listOccupied: occupied cells and chunks listed
 };
 
-/// The sum over slots of their points squared, into *total: counts[c] points a slot, plus
-/// borders[c] where the counts are CLAWS's inner sections (nullptr otherwise).
-__global__ void sumOfSquares(const int* __restrict__ counts, const int* __restrict__ borders, int slots,
-  unsigned long long* __restrict__ total)
+/// The points of slot c: counts[c], plus borders[c] where the counts are CLAWS's inner sections.
+__device__ __forceinline__ unsigned long long slotPoints(const int* counts, const int* borders, int c)
 {
-  unsigned long long sum = 0;
+  return static_cast<unsigned long long>(counts[c]) + (borders ? borders[c] : 0);
+}
+
+/// Over the slots: the sum of their points squared, and their chunks of `chunk` points (as
+/// listOccupied lists them), added to the tallies.
+__global__ void sumOfSquares(const int* __restrict__ counts, const int* __restrict__ borders, int slots, int chunk,
+  SortTallies* __restrict__ tallies)
+{
+  unsigned long long sum = 0, chunks = 0;
   for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < slots; c += gridDim.x * blockDim.x)
   {
-    const unsigned long long points = static_cast<unsigned long long>(counts[c]) + (borders ? borders[c] : 0);
+    const unsigned long long points = slotPoints(counts, borders, c);
     sum += points * points;
+    chunks += (points + chunk - 1) / chunk;
   }
   for (int offset = 16; offset > 0; offset /= 2)
   {
     sum += __shfl_down_sync(0xffffffffu, sum, offset);
+    chunks += __shfl_down_sync(0xffffffffu, chunks, offset);
   }
   if (threadIdx.x % 32 == 0 && sum)
   {
-    atomicAdd(total, sum);
+    atomicAdd(&tallies->squaredCounts, sum);
+    atomicAdd(&tallies->chunks, chunks);
   }
 }
 
@@ -233,13 +244,13 @@ __global__ void sumOfSquares(const int* __restrict__ counts, const int* __restri
 /// the scans of the sort in one launch instead of three, since a sort of a few thousand points is
 /// mostly the host's launch calls. counts: the `entries` section counts (the last a zero), scanned
 /// in place (inclusive sums); exclusive, where not null, receives their exclusive sums (FENNS's
-/// inner starts); slots and borders as in sumOfSquares.
+/// inner starts); the tallies as sumOfSquares writes them.
 constexpr int smallSortThreads = 1024;
 constexpr int smallSortItems = 8;
 constexpr int smallSortEntries = 4 * smallSortThreads * smallSortItems;
 
 __global__ void __launch_bounds__(smallSortThreads) scanSmallSort(int* __restrict__ counts, int entries, int slots,
-  bool bordersFollow, int* __restrict__ exclusive, unsigned long long* __restrict__ total)
+  bool bordersFollow, int chunk, int* __restrict__ exclusive, SortTallies* __restrict__ tallies)
 {
   using Scan = cub::BlockScan<int, smallSortThreads>;
   using Reduce = cub::BlockReduce<unsigned long long, smallSortThreads>;
@@ -248,17 +259,21 @@ __global__ void __launch_bounds__(smallSortThreads) scanSmallSort(int* __restric
     typename Scan::TempStorage scan;
     typename Reduce::TempStorage reduce;
   } temp;
-  // The squares first: the scan overwrites the counts they read.
-  unsigned long long squares = 0;
+  // The squares and chunks first: the scan overwrites the counts they read.
+  unsigned long long squares = 0, chunks = 0;
   for (int c = threadIdx.x; c < slots; c += smallSortThreads)
   {
-    const unsigned long long points = static_cast<unsigned long long>(counts[c]) + (bordersFollow ? counts[slots + c] : 0);
+    const unsigned long long points = slotPoints(counts, bordersFollow ? counts + slots : nullptr, c);
     squares += points * points;
+    chunks += (points + chunk - 1) / chunk;
   }
-  const unsigned long long sum = Reduce(temp.reduce).Sum(squares);
+  const unsigned long long squareSum = Reduce(temp.reduce).Sum(squares);
+  __syncthreads();
+  const unsigned long long chunkSum = Reduce(temp.reduce).Sum(chunks);
   if (threadIdx.x == 0)
   {
-    *total = sum;
+    tallies->squaredCounts = squareSum;
+    tallies->chunks = chunkSum;
   }
   __syncthreads();
   int carry = 0;
