@@ -346,12 +346,12 @@ struct CellLookup
   }
 };
 
-/// Slots for `cells` keys: a power of two at least twice as many; `identity` when the whole key
-/// space fits (Bits keys of at most that many bits).
-inline void sizeLookup(KeyMode mode, int keyBits, std::int64_t cells, int& log2Slots, bool& identity)
+/// Slots for `cells` keys: a power of two at least slotsPerCell (2: at most half full) times as
+/// many; `identity` when the whole key space fits (Bits keys of at most that many bits).
+inline void sizeLookup(KeyMode mode, int keyBits, std::int64_t cells, int& log2Slots, bool& identity, int slotsPerCell = 2)
 {
   log2Slots = 1;
-  while ((std::int64_t(1) << log2Slots) < 2 * cells)
+  while ((std::int64_t(1) << log2Slots) < slotsPerCell * cells)
   {
     ++log2Slots;
   }

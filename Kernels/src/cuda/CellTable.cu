@@ -426,10 +426,10 @@ namespace
 /// The hashed table's slots for n points on a Bits layout: sizeLookup's, but hashed rather than
 /// one slot per key where the key space is larger than maxTableSlots (sizeLookup's Wide mode is
 /// its rule without the identity table).
-void planSlotTable(std::int64_t n, const KeyLayout& layout, int& log2Slots, bool& identity)
+void planSlotTable(std::int64_t n, const KeyLayout& layout, int& log2Slots, bool& identity, int slotsPerCell = 2)
 {
   const std::int64_t cells = cellCapacity(n, layout);
-  sizeLookup(layout.mode, layout.bits, cells, log2Slots, identity);
+  sizeLookup(layout.mode, layout.bits, cells, log2Slots, identity, slotsPerCell);
   if (identity && (std::int64_t(1) << log2Slots) > SlotCells::maxTableSlots)
   {
     sizeLookup(KeyMode::Wide, layout.bits, cells, log2Slots, identity);
@@ -449,7 +449,7 @@ bool SlotCells::ranksCells(std::int64_t n, const KeyLayout& layout)
   return (std::int64_t(1) << log2Slots) > maxTableSlots;
 }
 
-std::int64_t SlotCells::plannedBytes(std::int64_t n, const KeyLayout& layout)
+std::int64_t SlotCells::plannedBytes(std::int64_t n, const KeyLayout& layout, int slotsPerCell)
 {
   if (ranksCells(n, layout))
   {
@@ -457,7 +457,7 @@ std::int64_t SlotCells::plannedBytes(std::int64_t n, const KeyLayout& layout)
   }
   int log2Slots = 1;
   bool identity = false;
-  planSlotTable(n, layout, log2Slots, identity);
+  planSlotTable(n, layout, log2Slots, identity, slotsPerCell);
   return 4 * n + (std::int64_t(1) << log2Slots) * std::int64_t(sizeof(BitsSlot));
 }
 
@@ -466,7 +466,7 @@ std::int64_t SlotCells::heldBytes() const
   return std::int64_t(bitsSlots_.bytes() + slotOf_.bytes()) + ranks_.heldBytes();
 }
 
-void SlotCells::build(CudaRun& run, const KeyLayout& layout, double cellSize)
+void SlotCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, int slotsPerCell)
 {
   const std::int64_t n = run.count;
   std::int32_t* slotOf = slotOf_.ensure(std::size_t(n), "cell slot of each point");
@@ -486,7 +486,7 @@ void SlotCells::build(CudaRun& run, const KeyLayout& layout, double cellSize)
   table_.cellsAreSlots = true;
   CellLookup& lookup = table_.lookup;
   lookup.mode = layout.mode;
-  planSlotTable(n, layout, lookup.log2Slots, lookup.identity);
+  planSlotTable(n, layout, lookup.log2Slots, lookup.identity, slotsPerCell);
   const std::size_t slots = std::size_t(1) << lookup.log2Slots;
   lookup.mask = slots - 1;
   BitsSlot* table = bitsSlots_.ensure(slots, "occupied-cell table");

@@ -140,9 +140,10 @@ public:
   /// more than 2^28 points, or a far outlier beside them).
   static bool ranksCells(std::int64_t n, const KeyLayout& layout);
   /// Device bytes build() holds for n points.
-  static std::int64_t plannedBytes(std::int64_t n, const KeyLayout& layout);
-  /// Slot of every point's cell (slotOf(), input order) in a table of occupied cells.
-  void build(CudaRun& run, const KeyLayout& layout, double cellSize);
+  static std::int64_t plannedBytes(std::int64_t n, const KeyLayout& layout, int slotsPerCell = 2);
+  /// Slot of every point's cell (slotOf(), input order) in a table of occupied cells, with at
+  /// least slotsPerCell slots a cell (a table at most half full by default).
+  void build(CudaRun& run, const KeyLayout& layout, double cellSize, int slotsPerCell = 2);
   std::int32_t slots() const { return slots_; }
   const std::int32_t* slotOf() const { return slotOf_.get(); }
   /// The table, with the caller's start array over slots (slots() + 1 entries).
