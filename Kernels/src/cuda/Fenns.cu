@@ -161,7 +161,7 @@ private:
 
   /// The most chunks a sort can list (the work items' buffer): every slot's first chunk and every
   /// further one. requireThirtyTwoBitSections keeps it in an int.
-  int chunkBound(int n) const { return layout_.slots + n / fennsChunk + 1; }
+  int chunkBound(int n) const { return slots_.slots() + n / fennsChunk + 1; }
 
   /// The section starts (CLAWS: two a slot) and the search's blocks (a slot and a chunk each)
   /// are 32-bit ints: a clear error where a cloud has more occupied coarse cells than that
@@ -217,8 +217,8 @@ private:
     if (scannedWithSquares_)
     {
       int* innerStart = flags_.clawsLayout ? nullptr : innerStart_.ensure(std::size_t(slots) + 1, "coarse cell inner starts");
-      scanSmallSort<<<1, smallSortThreads, 0, run.stream>>>(
-        counts, sections + 1, slots, flags_.clawsLayout, fennsChunk, innerStart, tallies);
+      scanSmallSort<<<1, smallSortThreads, 0, run.stream>>>(counts, sections + 1, slots, flags_.clawsLayout, fennsChunk,
+        innerStart, tallies, occupiedCells(), chunkItems(n));
       NG_CUDA_CHECK_LAUNCH("scanSmallSort");
     }
     else
@@ -316,13 +316,20 @@ private:
       layout_ = CellLayout{ counts, innerStart, slots, false };
     }
     // One search block per chunk of an occupied cell (one per slot in the scatter variant, whose
-    // empty slots return at once). The lists stay on the device; the number of chunks came back
-    // with the sum of squares, so the search launches no block for an empty slot.
-    int* occupied = occupied_.ensure(std::size_t(slots), "occupied coarse cells");
-    int2* items = items_.ensure(std::size_t(chunkBound(n)), "coarse cell chunks");
-    listOccupied<<<blocksFor(slots), 256, 0, run.stream>>>(layout_, fennsChunk, occupied, items, tallies()->listed);
-    NG_CUDA_CHECK_LAUNCH("listOccupied");
+    // empty slots return at once). The lists stay on the device (scanSmallSort made them where
+    // the sections fit it); the number of chunks came back with the sum of squares, so the search
+    // launches no block for an empty slot.
+    if (!scannedWithSquares_)
+    {
+      listOccupied<<<blocksFor(slots), 256, 0, run.stream>>>(
+        layout_, fennsChunk, occupiedCells(), chunkItems(n), tallies()->listed);
+      NG_CUDA_CHECK_LAUNCH("listOccupied");
+    }
   }
+
+  /// listOccupied's lists: the occupied slots, and one item a chunk of a cell.
+  int* occupiedCells() { return occupied_.ensure(std::size_t(slots_.slots()), "occupied coarse cells"); }
+  int2* chunkItems(int n) { return items_.ensure(std::size_t(chunkBound(n)), "coarse cell chunks"); }
 
   /// The coarse cell size: k cells of size R, k the largest for which a coarse cell holds at most
   /// targetPerCell_ points on average (a chunk is fennsChunk = 1024: most cells then fit one

@@ -184,6 +184,19 @@ struct CellLayout
 /// per chunk of `chunk` points of an occupied cell, (slot, first point), so that a cell of many
 /// chunks runs on many blocks instead of looping over its chunks on one. counts[0] receives the
 /// occupied cells, counts[1] the items.
+/// Lists slot c, which holds `points` > 0 points: its cell, and one item a chunk.
+__device__ __forceinline__ void listSlot(int c, int points, int chunk, int* __restrict__ occupied,
+  int2* __restrict__ items, int* __restrict__ counts)
+{
+  occupied[atomicAdd(counts, 1)] = c;
+  const int chunks = (points + chunk - 1) / chunk;
+  const int first = atomicAdd(counts + 1, chunks);
+  for (int k = 0; k < chunks; ++k)
+  {
+    items[first + k] = make_int2(c, k * chunk);
+  }
+}
+
 __global__ void listOccupied(CellLayout layout, int chunk, int* __restrict__ occupied, int2* __restrict__ items,
   int* __restrict__ counts)
 {
@@ -191,13 +204,7 @@ __global__ void listOccupied(CellLayout layout, int chunk, int* __restrict__ occ
   const int size = c < layout.slots ? layout.size(c) : 0;
   if (size > 0)
   {
-    occupied[atomicAdd(counts, 1)] = c;
-    const int chunks = (size + chunk - 1) / chunk;
-    const int first = atomicAdd(counts + 1, chunks);
-    for (int k = 0; k < chunks; ++k)
-    {
-      items[first + k] = make_int2(c, k * chunk);
-    }
+    listSlot(c, size, chunk, occupied, items, counts);
   }
 }
 
@@ -240,17 +247,18 @@ __global__ void sumOfSquares(const int* __restrict__ counts, const int* __restri
   }
 }
 
-/// Clouds whose sections fit one block (smallSortEntries): the sum of squares of sumOfSquares and
-/// the scans of the sort in one launch instead of three, since a sort of a few thousand points is
-/// mostly the host's launch calls. counts: the `entries` section counts (the last a zero), scanned
-/// in place (inclusive sums); exclusive, where not null, receives their exclusive sums (FENNS's
-/// inner starts); the tallies as sumOfSquares writes them.
+/// Clouds whose sections fit one block (smallSortEntries): the sum of squares of sumOfSquares, the
+/// scans of the sort and listOccupied's lists in one launch instead of four, since a sort of a few
+/// thousand points is mostly the host's launch calls. counts: the `entries` section counts (the
+/// last a zero), scanned in place (inclusive sums); exclusive, where not null, receives their
+/// exclusive sums (FENNS's inner starts); the tallies as sumOfSquares and listOccupied write them.
 constexpr int smallSortThreads = 1024;
 constexpr int smallSortItems = 8;
 constexpr int smallSortEntries = 4 * smallSortThreads * smallSortItems;
 
 __global__ void __launch_bounds__(smallSortThreads) scanSmallSort(int* __restrict__ counts, int entries, int slots,
-  bool bordersFollow, int chunk, int* __restrict__ exclusive, SortTallies* __restrict__ tallies)
+  bool bordersFollow, int chunk, int* __restrict__ exclusive, SortTallies* __restrict__ tallies,
+  int* __restrict__ occupied, int2* __restrict__ items)
 {
   using Scan = cub::BlockScan<int, smallSortThreads>;
   using Reduce = cub::BlockReduce<unsigned long long, smallSortThreads>;
@@ -259,13 +267,17 @@ __global__ void __launch_bounds__(smallSortThreads) scanSmallSort(int* __restric
     typename Scan::TempStorage scan;
     typename Reduce::TempStorage reduce;
   } temp;
-  // The squares and chunks first: the scan overwrites the counts they read.
+  // The squares, chunks and listOccupied's lists first: the scan overwrites the counts they read.
   unsigned long long squares = 0, chunks = 0;
   for (int c = threadIdx.x; c < slots; c += smallSortThreads)
   {
     const unsigned long long points = slotPoints(counts, bordersFollow ? counts + slots : nullptr, c);
     squares += points * points;
     chunks += (points + chunk - 1) / chunk;
+    if (points > 0)
+    {
+      listSlot(c, static_cast<int>(points), chunk, occupied, items, tallies->listed);
+    }
   }
   const unsigned long long squareSum = Reduce(temp.reduce).Sum(squares);
   __syncthreads();
