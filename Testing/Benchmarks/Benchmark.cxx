@@ -1294,6 +1294,7 @@ int main(int argc, char** argv)
   int ranks = 0;
   std::int64_t radiiPoints = 0, radiiSlabPoints = 0;
   std::int64_t smoothingLengthPoints = 0;
+  std::int64_t onlyCount = 0; // --only-n: the table's rows of this many points alone
   for (int i = 1; i < argc; ++i)
   {
     const std::string a = argv[i];
@@ -1363,6 +1364,10 @@ int main(int argc, char** argv)
     {
       radiiPoints = std::max<std::int64_t>(1000, std::atoll(a.c_str() + 8));
     }
+    else if (a.rfind("--only-n=", 0) == 0)
+    {
+      onlyCount = std::atoll(a.c_str() + 9);
+    }
     else if (a.rfind("--n=", 0) == 0)
     {
       pointCount = std::max<std::int64_t>(1000, std::atoll(a.c_str() + 4));
@@ -1371,7 +1376,7 @@ int main(int argc, char** argv)
     {
       std::fprintf(stderr,
         "usage: %s [--table=headline|issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|cpu|all|smoke]\n"
-        "          [--runs=N] [--csv=FILE] [--volume=N] [--periodic] [--operations=N]\n"
+        "          [--runs=N] [--csv=FILE] [--only-n=N] [--volume=N] [--periodic] [--operations=N]\n"
         "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]] [--radii=N] [--radii-slabs=N]\n"
         "          [--smoothing-length=N [--memory-limit=BYTES]]\n"
         "          [--methods=counting-sort,radix-sort,fenns,claws,bayraktar,staged-tiles,brute-force,auto] [--cpu] [--roofline]\n",
@@ -1445,6 +1450,10 @@ int main(int argc, char** argv)
   Engine engine;
   for (const Scenario& s : scenarios(table))
   {
+    if (onlyCount > 0 && s.n != onlyCount)
+    {
+      continue;
+    }
     if (s.baselineCellSize > 0)
     {
       setenv("NEIGHBORGRID_BASELINE_CELL_SIZE", std::to_string(s.baselineCellSize).c_str(), 1);

@@ -1135,11 +1135,12 @@ private:
   ///    against 5.42 ms), with the least device memory (22.4 bytes per point at 10^9 points).
   ///  - CLAWS on sparse data (below).
   ///  - Staged Tiles on dense data with many neighbors (below).
-  ///  - CLAWS pays off where the baselines' grid is far coarser than R: FENNS Table 2, where they
-  ///    are held to the 18^3 grid (NEIGHBORGRID_BASELINE_CELL_SIZE). The model: a baseline costs
-  ///    about 6e-10 ms per candidate pair (27 cells' worth per point) plus 0.04 ms; CLAWS costs
-  ///    2.5 times a baseline on a grid of cell size R, and never less than 0.6 ms. Auto takes
-  ///    CLAWS where that estimate is below 80% of the baseline's.
+  ///  - CLAWS wherever the baselines' grid is held more than twice as coarse as R: FENNS Table 2,
+  ///    where they are held to the 18^3 grid (NEIGHBORGRID_BASELINE_CELL_SIZE). CLAWS bins at R
+  ///    and was no slower on any of its rows (H200, results-H200.csv: 0.058-0.101 ms against
+  ///    Counting Sort's 0.068-0.115 from 1,024 to 65,536 points; 0.19-0.21 against 1.52 at
+  ///    524,288; 1.2-1.7 against 86 at 4M). The cost model this replaces gave CLAWS a floor of
+  ///    0.6 ms and so kept Counting Sort on every row of up to 65,536 points, up to 1.33x slower.
   static Method chooseMethod(const Problem& p)
   {
     const double n = double(p.count);
@@ -1147,18 +1148,7 @@ private:
     const double coarse = baselineCellSize(p.radius);
     if (coarse > 2.0 * fine)
     {
-      double volume = 1.0;
-      for (int a = 0; a < 3; ++a)
-      {
-        volume *= std::max(p.hi[a] - p.lo[a], fine);
-      }
-      constexpr double msPerCandidate = 6e-10;
-      const double baselineMs = msPerCandidate * n * 27.0 * n * std::min(1.0, coarse * coarse * coarse / volume) + 0.04;
-      const double radiusGridMs = msPerCandidate * n * 27.0 * n * std::min(1.0, fine * fine * fine / volume);
-      if (std::max(0.6, 2.5 * radiusGridMs) < 0.8 * baselineMs)
-      {
-        return Method::CLAWS;
-      }
+      return Method::CLAWS;
     }
     // Sparse data (between 2e-4 and 1 point per cell of size R over the bounds, from 256K
     // points on): CLAWS, whose coarse cells then span many cells of size R and keep its blocks

@@ -201,28 +201,35 @@ private:
     int* counts = counts_.ensure(countAndTallyInts, "coarse cell counts and starts");
     SortTallies* tallies = this->tallies();
     const std::size_t counterBytes = sizeof(int) * std::size_t(sections);
-    const bool useShared = counterBytes + 1024 <= static_cast<std::size_t>(run.device->sharedMemoryPerBlock);
+    const bool useShared = counterBytes + 2048 <= static_cast<std::size_t>(run.device->sharedMemoryPerBlock);
     const std::size_t sharedBytes = useShared ? counterBytes : 0;
-    allowDynamicSharedMemory(fennsCount, run.device->id, sharedBytes, "raising the coarse count's shared-memory limit");
-    // A grid-stride loop with as many resident blocks as fit: each block flushes its shared
-    // counters once, so fewer, fuller blocks mean fewer global atomics.
-    const int blocks = std::max(1, std::min(blocksFor(n) / 4 + 1, countBlocksPerSm(sharedBytes) * run.device->multiprocessors));
     NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int) * countAndTallyInts, run.stream),
       "clearing coarse counts");
-    fennsCount<<<blocks, 1024, sharedBytes, run.stream>>>(
-      run.input, n, coarse_, grid_, slots_.slotOf(), slots, flags_.clawsLayout, useShared, counts);
-    NG_CUDA_CHECK_LAUNCH("coarse count");
-    // The section starts' scans (orderByCells) join the sum in one block where the sections fit.
+    // A grid-stride loop with as many resident blocks as fit: each block flushes its shared
+    // counters once, so fewer, fuller blocks mean fewer global atomics. Where the sections fit
+    // one block, the block that counts last also makes the section starts' scans, the sum of
+    // squares and the lists (orderByCells then has no scan to make).
     scannedWithSquares_ = sections + 1 <= smallSortEntries;
     if (scannedWithSquares_)
     {
-      int* innerStart = flags_.clawsLayout ? nullptr : innerStart_.ensure(std::size_t(slots) + 1, "coarse cell inner starts");
-      scanSmallSort<<<1, smallSortThreads, 0, run.stream>>>(counts, sections + 1, slots, flags_.clawsLayout, fennsChunk,
-        innerStart, tallies, occupiedCells(), chunkItems(n));
-      NG_CUDA_CHECK_LAUNCH("scanSmallSort");
+      SmallSortScan scan;
+      scan.entries = sections + 1;
+      scan.chunk = fennsChunk;
+      scan.exclusive = flags_.clawsLayout ? nullptr : innerStart_.ensure(std::size_t(slots) + 1, "coarse cell inner starts");
+      scan.tallies = tallies;
+      scan.occupied = occupiedCells();
+      scan.items = chunkItems(n);
+      allowDynamicSharedMemory(countAndScanSmallSort, run.device->id, sharedBytes, "raising the coarse count's shared-memory limit");
+      countAndScanSmallSort<<<countBlocks(run, n, countAndScanSmallSort, sharedBytes), smallSortThreads, sharedBytes, run.stream>>>(
+        run.input, n, coarse_, grid_, slots_.slotOf(), slots, flags_.clawsLayout, useShared, counts, scan);
+      NG_CUDA_CHECK_LAUNCH("coarse count and scan");
     }
     else
     {
+      allowDynamicSharedMemory(fennsCount, run.device->id, sharedBytes, "raising the coarse count's shared-memory limit");
+      fennsCount<<<countBlocks(run, n, fennsCount, sharedBytes), 1024, sharedBytes, run.stream>>>(
+        run.input, n, coarse_, grid_, slots_.slotOf(), slots, flags_.clawsLayout, useShared, counts);
+      NG_CUDA_CHECK_LAUNCH("coarse count");
       sumOfSquares<<<std::min(blocksFor(slots), 32 * run.device->multiprocessors), 256, 0, run.stream>>>(
         counts, flags_.clawsLayout ? counts + slots : nullptr, slots, fennsChunk, tallies);
       NG_CUDA_CHECK_LAUNCH("sumOfSquares");
@@ -233,18 +240,21 @@ private:
     populationRead_.record(run.stream);
   }
 
-  /// Resident blocks of the coarse count an SM, asked of the driver once a shared-memory size (a
-  /// host call that clouds of a few thousand points would feel at every attempt).
-  int countBlocksPerSm(std::size_t sharedBytes)
+  /// The coarse count's blocks for n points: as many as are resident at once, at most one per
+  /// 1,024 points. Resident blocks are asked of the driver once a kernel and shared-memory size
+  /// (a host call that clouds of a few thousand points would feel at every attempt).
+  template <class Kernel>
+  int countBlocks(const CudaRun& run, int n, Kernel* kernel, std::size_t sharedBytes)
   {
-    if (sharedBytes != countOccupancy_.first || countOccupancy_.second == 0)
+    const void* key = reinterpret_cast<const void*>(kernel);
+    if (key != countOccupancy_.kernel || sharedBytes != countOccupancy_.sharedBytes || countOccupancy_.perSm == 0)
     {
       int perSm = 0;
-      NG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, fennsCount, 1024, sharedBytes),
+      NG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, 1024, sharedBytes),
         "coarse count occupancy");
-      countOccupancy_ = { sharedBytes, std::max(1, perSm) };
+      countOccupancy_ = { key, sharedBytes, std::max(1, perSm) };
     }
-    return countOccupancy_.second;
+    return std::max(1, std::min(blocksFor(n) / 4 + 1, countOccupancy_.perSm * run.device->multiprocessors));
   }
 
   /// Waits for countSections' read back (not for the rest of the sort queued behind it), keeps
@@ -280,6 +290,9 @@ private:
       scratch = scratch_.ensure(std::max(exclusiveBytes, inclusiveBytes), "scan scratch");
     }
     const int reorderBlocks = std::min(blocksFor(n), 32 * run.device->multiprocessors);
+    // Few sections (small clouds, or any cloud in few coarse cells): a tile takes its share of a
+    // section with one atomic, since a point's own would meet hundreds at the section's end.
+    const bool fewSections = 2 * std::int64_t(slots) <= tiledReorderMostSections;
     if (flags_.clawsLayout)
     {
       // CLAWS: one inclusive scan gives every section's end; points fill sections from the end.
@@ -288,9 +301,16 @@ private:
         NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(scratch, inclusiveBytes, counts, counts, sections + 1, run.stream),
           "inclusive scan of section counts");
       }
-      clawsReorder<<<reorderBlocks, 256, 0, run.stream>>>(
-        run.input, n, coarse_, grid_, slots_.slotOf(), slots, counts, particles_.get(), orderToInput_.get());
-      NG_CUDA_CHECK_LAUNCH("clawsReorder");
+      if (fewSections)
+      {
+        launchTiledReorder(run, n, counts, nullptr, nullptr);
+      }
+      else
+      {
+        clawsReorder<<<reorderBlocks, 256, 0, run.stream>>>(
+          run.input, n, coarse_, grid_, slots_.slotOf(), slots, counts, particles_.get(), orderToInput_.get());
+        NG_CUDA_CHECK_LAUNCH("clawsReorder");
+      }
       layout_ = CellLayout{ counts, nullptr, slots, true };
     }
     else
@@ -307,16 +327,23 @@ private:
       int* borderCount = borderCount_.ensure(std::size_t(slots), "coarse cell border counts");
       NG_CUDA_CHECK(cudaMemsetAsync(borderCount, 0, sizeof(int) * std::size_t(slots), run.stream),
         "clearing border counts");
-      fennsReorder<<<reorderBlocks, 256, 0, run.stream>>>(
-        run.input, n, coarse_, grid_, slots_.slotOf(), counts, innerStart, borderCount, particles_.get(),
-        orderToInput_.get());
-      NG_CUDA_CHECK_LAUNCH("fennsReorder");
+      if (fewSections)
+      {
+        launchTiledReorder(run, n, counts, innerStart, borderCount);
+      }
+      else
+      {
+        fennsReorder<<<reorderBlocks, 256, 0, run.stream>>>(
+          run.input, n, coarse_, grid_, slots_.slotOf(), counts, innerStart, borderCount, particles_.get(),
+          orderToInput_.get());
+        NG_CUDA_CHECK_LAUNCH("fennsReorder");
+      }
       fennsCellStarts<<<blocksFor(slots), 256, 0, run.stream>>>(slots, borderCount, counts);
       NG_CUDA_CHECK_LAUNCH("fennsCellStarts");
       layout_ = CellLayout{ counts, innerStart, slots, false };
     }
     // One search block per chunk of an occupied cell (one per slot in the scatter variant, whose
-    // empty slots return at once). The lists stay on the device (scanSmallSort made them where
+    // empty slots return at once). The lists stay on the device (countAndScanSmallSort made them where
     // the sections fit it); the number of chunks came back with the sum of squares, so the search
     // launches no block for an empty slot.
     if (!scannedWithSquares_)
@@ -330,6 +357,16 @@ private:
   /// listOccupied's lists: the occupied slots, and one item a chunk of a cell.
   int* occupiedCells() { return occupied_.ensure(std::size_t(slots_.slots()), "occupied coarse cells"); }
   int2* chunkItems(int n) { return items_.ensure(std::size_t(chunkBound(n)), "coarse cell chunks"); }
+
+  /// tiledReorder (Fenns.cuh): CLAWS gives no borderEnd (every section fills from its end).
+  void launchTiledReorder(CudaRun& run, int n, int* innerEnd, int* borderEnd, int* borderCount)
+  {
+    const int slots = slots_.slots();
+    tiledReorder<<<std::max(1, blocksFor(n, tiledReorderThreads)), tiledReorderThreads, sizeof(int) * 2 * std::size_t(slots),
+      run.stream>>>(run.input, n, coarse_, grid_, slots_.slotOf(), slots, innerEnd, borderEnd, borderCount,
+      particles_.get(), orderToInput_.get());
+    NG_CUDA_CHECK_LAUNCH("tiledReorder");
+  }
 
   /// The coarse cell size: k cells of size R, k the largest for which a coarse cell holds at most
   /// targetPerCell_ points on average (a chunk is fennsChunk = 1024: most cells then fit one
@@ -424,8 +461,13 @@ private:
   DeviceBuffer<int2> items_;
   PinnedBuffer<unsigned long long> talliesHost_; // SortTallies' squaredCounts and chunks, read back
   StreamMark populationRead_; // the host waits here, not for the whole sort
-  std::pair<std::size_t, int> countOccupancy_{ 0, 0 }; // countBlocksPerSm: shared bytes, blocks an SM
-  bool scannedWithSquares_ = false; // this attempt's section starts came with its sum (scanSmallSort)
+  struct
+  {
+    const void* kernel = nullptr;
+    std::size_t sharedBytes = 0;
+    int perSm = 0;
+  } countOccupancy_; // countBlocks: the kernel and shared bytes last asked, their blocks an SM
+  bool scannedWithSquares_ = false; // this attempt's section starts came with its sum (countAndScanSmallSort)
   int searchBlocks_ = 0;            // the kept attempt's chunks (populationOfCells)
   DeviceBuffer<Particle> particles_;
   DeviceBuffer<std::int32_t> orderToInput_;

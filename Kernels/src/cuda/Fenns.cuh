@@ -57,9 +57,10 @@ struct CoarseFrame
 // --- Sort part 1 (the paper's Algorithm 1): counts per coarse cell ------------------------------
 /// Counts per slot (FENNS) or per inner and border section (CLAWS: border counts at slots + slot),
 /// in shared memory when the counters fit (then added to global memory once per block, as in the
-/// paper), in global memory otherwise. Grid-stride loop.
-__global__ void fennsCount(InputPoints input, int n, CoarseFrame frame, FennsGrid g, const std::int32_t* __restrict__ slotOf,
-  int slots, bool sections, bool useShared, int* __restrict__ counts)
+/// paper), in global memory otherwise. Grid-stride loop; a block's counts are in global memory
+/// when it returns.
+__device__ void countBlockSections(InputPoints input, int n, CoarseFrame frame, FennsGrid g,
+  const std::int32_t* __restrict__ slotOf, int slots, bool sections, bool useShared, int* __restrict__ counts)
 {
   extern __shared__ int sharedCounts[];
   const int counters = sections ? 2 * slots : slots;
@@ -92,6 +93,12 @@ __global__ void fennsCount(InputPoints input, int n, CoarseFrame frame, FennsGri
       }
     }
   }
+}
+
+__global__ void fennsCount(InputPoints input, int n, CoarseFrame frame, FennsGrid g, const std::int32_t* __restrict__ slotOf,
+  int slots, bool sections, bool useShared, int* __restrict__ counts)
+{
+  countBlockSections(input, n, frame, g, slotOf, slots, sections, useShared, counts);
 }
 
 // --- Sort part 2 (Algorithm 2): border sections from the left, inner sections from the right ----
@@ -147,6 +154,69 @@ __global__ void clawsReorder(InputPoints input, int n, CoarseFrame frame, FennsG
     const int slot = atomicSub(cursor + slotOf[i] + (inBorder(g, p) ? slots : 0), 1) - 1;
     ordered[slot] = p;
     orderToInput[slot] = static_cast<std::int32_t>(i);
+  }
+}
+
+// --- Sort part 2 for few sections: a block's atomics instead of a point's -------------------------
+constexpr int tiledReorderThreads = 512;
+constexpr int tiledReorderMostSections = 1024;
+
+/// clawsReorder and fennsReorder for clouds of few sections (2 * slots, CLAWS's and FENNS's
+/// sections alike: inner ones, then border ones). There every point's global atomic meets
+/// hundreds of others at its section's end: 65,536 points in about 125 coarse cells, 260 an
+/// address, made clawsReorder 17 us against 5 for Counting Sort's scatter (H200). A block counts
+/// its points per section in shared memory (a point's rank within the block's share), takes each
+/// section's share with one global atomic, and places its points there: 6.5 us. A point a
+/// thread: blocks of 1,024 or 2,048 points (2 or 4 a thread) took 7.7 and 11.7 us, on fewer SMs.
+/// The same contract as the two kernels: CLAWS (borderEnd null): innerEnd holds the inclusive
+/// sums of all 2 * slots sections, shares are taken from the ends. FENNS: innerEnd holds the
+/// inclusive sums of the cells (inner shares from the ends), borderEnd the exclusive sums
+/// (border shares from the starts, counted in borderCount).
+__global__ void __launch_bounds__(tiledReorderThreads) tiledReorder(InputPoints input, int n, CoarseFrame frame,
+  FennsGrid g, const std::int32_t* __restrict__ slotOf, int slots, int* __restrict__ innerEnd,
+  int* __restrict__ borderEnd, int* __restrict__ borderCount, Particle* __restrict__ ordered,
+  std::int32_t* __restrict__ orderToInput)
+{
+  extern __shared__ int share[]; // a section's points in this block, then its share's first slot
+  const int sections = 2 * slots;
+  for (int s = threadIdx.x; s < sections; s += tiledReorderThreads)
+  {
+    share[s] = 0;
+  }
+  __syncthreads();
+  const int i = blockIdx.x * tiledReorderThreads + threadIdx.x;
+  Particle p;
+  int section = -1, rank = 0;
+  if (i < n)
+  {
+    p = inputParticle(input, i, frame.size, frame.inverse);
+    section = slotOf[i] + (inBorder(g, p) ? slots : 0);
+    rank = atomicAdd(share + section, 1);
+  }
+  __syncthreads();
+  for (int s = threadIdx.x; s < sections; s += tiledReorderThreads)
+  {
+    const int count = share[s];
+    if (count == 0)
+    {
+      continue;
+    }
+    if (borderEnd && s >= slots)
+    {
+      atomicAdd(borderCount + (s - slots), count);
+      share[s] = atomicAdd(borderEnd + (s - slots), count);
+    }
+    else
+    {
+      share[s] = atomicSub(innerEnd + s, count) - count;
+    }
+  }
+  __syncthreads();
+  if (section >= 0)
+  {
+    const int slot = share[section] + rank;
+    ordered[slot] = p;
+    orderToInput[slot] = i;
   }
 }
 
@@ -215,6 +285,8 @@ struct SortTallies
   unsigned long long squaredCounts = 0; // the host sizes the coarse cells by it
   unsigned long long chunks = 0;        // the search's blocks: chunks of `chunk` points a cell
   int listed[2] = { 0, 0 };             // listOccupied: occupied cells and chunks listed
+  unsigned int countedBlocks = 0;       // countAndScanSmallSort: blocks done counting
+  unsigned int unused = 0;
 };
 
 /// The points of slot c: counts[c], plus borders[c] where the counts are CLAWS's inner sections.
@@ -248,17 +320,27 @@ __global__ void sumOfSquares(const int* __restrict__ counts, const int* __restri
 }
 
 /// Clouds whose sections fit one block (smallSortEntries): the sum of squares of sumOfSquares, the
-/// scans of the sort and listOccupied's lists in one launch instead of four, since a sort of a few
-/// thousand points is mostly the host's launch calls. counts: the `entries` section counts (the
-/// last a zero), scanned in place (inclusive sums); exclusive, where not null, receives their
-/// exclusive sums (FENNS's inner starts); the tallies as sumOfSquares and listOccupied write them.
+/// scans of the sort and listOccupied's lists in the block that counts last, since a sort of a few
+/// thousand points is mostly the host's launch calls (five launches become one). counts: the
+/// `entries` section counts (the last a zero), scanned in place (inclusive sums); exclusive,
+/// where not null, receives their exclusive sums (FENNS's inner starts); the tallies as
+/// sumOfSquares and listOccupied write them.
 constexpr int smallSortThreads = 1024;
 constexpr int smallSortItems = 8;
 constexpr int smallSortEntries = 4 * smallSortThreads * smallSortItems;
 
-__global__ void __launch_bounds__(smallSortThreads) scanSmallSort(int* __restrict__ counts, int entries, int slots,
-  bool bordersFollow, int chunk, int* __restrict__ exclusive, SortTallies* __restrict__ tallies,
-  int* __restrict__ occupied, int2* __restrict__ items)
+struct SmallSortScan
+{
+  int entries = 0;
+  int chunk = 0;
+  int* exclusive = nullptr;
+  SortTallies* tallies = nullptr;
+  int* occupied = nullptr;
+  int2* items = nullptr;
+};
+
+/// One block of smallSortThreads. Counts are read past L1 (__ldcg): other blocks wrote them.
+__device__ void scanSmallSections(int* __restrict__ counts, int slots, bool bordersFollow, const SmallSortScan& scan)
 {
   using Scan = cub::BlockScan<int, smallSortThreads>;
   using Reduce = cub::BlockReduce<unsigned long long, smallSortThreads>;
@@ -271,12 +353,13 @@ __global__ void __launch_bounds__(smallSortThreads) scanSmallSort(int* __restric
   unsigned long long squares = 0, chunks = 0;
   for (int c = threadIdx.x; c < slots; c += smallSortThreads)
   {
-    const unsigned long long points = slotPoints(counts, bordersFollow ? counts + slots : nullptr, c);
+    const unsigned long long points =
+      static_cast<unsigned long long>(__ldcg(counts + c)) + (bordersFollow ? __ldcg(counts + slots + c) : 0);
     squares += points * points;
-    chunks += (points + chunk - 1) / chunk;
+    chunks += (points + scan.chunk - 1) / scan.chunk;
     if (points > 0)
     {
-      listSlot(c, static_cast<int>(points), chunk, occupied, items, tallies->listed);
+      listSlot(c, static_cast<int>(points), scan.chunk, scan.occupied, scan.items, scan.tallies->listed);
     }
   }
   const unsigned long long squareSum = Reduce(temp.reduce).Sum(squares);
@@ -284,34 +367,56 @@ __global__ void __launch_bounds__(smallSortThreads) scanSmallSort(int* __restric
   const unsigned long long chunkSum = Reduce(temp.reduce).Sum(chunks);
   if (threadIdx.x == 0)
   {
-    tallies->squaredCounts = squareSum;
-    tallies->chunks = chunkSum;
+    scan.tallies->squaredCounts = squareSum;
+    scan.tallies->chunks = chunkSum;
   }
   __syncthreads();
   int carry = 0;
-  for (int base = 0; base < entries; base += smallSortThreads * smallSortItems)
+  for (int base = 0; base < scan.entries; base += smallSortThreads * smallSortItems)
   {
     const int first = base + threadIdx.x * smallSortItems;
     int items[smallSortItems], sums[smallSortItems];
     for (int k = 0; k < smallSortItems; ++k)
     {
-      items[k] = first + k < entries ? counts[first + k] : 0;
+      items[k] = first + k < scan.entries ? __ldcg(counts + first + k) : 0;
     }
     int tileTotal = 0;
     Scan(temp.scan).InclusiveSum(items, sums, tileTotal);
     for (int k = 0; k < smallSortItems; ++k)
     {
-      if (first + k < entries)
+      if (first + k < scan.entries)
       {
         counts[first + k] = carry + sums[k];
-        if (exclusive)
+        if (scan.exclusive)
         {
-          exclusive[first + k] = carry + sums[k] - items[k];
+          scan.exclusive[first + k] = carry + sums[k] - items[k];
         }
       }
     }
     carry += tileTotal;
     __syncthreads(); // the next tile reuses the scan's storage
+  }
+}
+
+/// fennsCount, then scanSmallSections in the block that finishes counting last (every block's
+/// counts are in global memory by then: each fences before it is counted as done).
+__global__ void __launch_bounds__(smallSortThreads) countAndScanSmallSort(InputPoints input, int n, CoarseFrame frame,
+  FennsGrid g, const std::int32_t* __restrict__ slotOf, int slots, bool sections, bool useShared,
+  int* __restrict__ counts, SmallSortScan scan)
+{
+  countBlockSections(input, n, frame, g, slotOf, slots, sections, useShared, counts);
+  __shared__ bool countedLast;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0)
+  {
+    countedLast = atomicAdd(&scan.tallies->countedBlocks, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (countedLast)
+  {
+    __threadfence();
+    scanSmallSections(counts, slots, sections, scan);
   }
 }
 
