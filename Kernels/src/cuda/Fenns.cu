@@ -267,9 +267,9 @@ private:
     return double(talliesHost_.get()[0]) / double(std::max(1, n));
   }
 
-  /// Parts 2 and 3 of the sort: section starts by scans (countSections' one block already made
-  /// them for small clouds), the points reordered into cells, and the list of occupied cells and
-  /// chunks the search's blocks take (left on the device).
+  /// Parts 2 and 3 of the sort: section starts by scans, the points reordered into cells, and the
+  /// list of occupied cells and chunks the search's blocks take (left on the device). For small
+  /// clouds countSections' last block already made the scans and the lists.
   void orderByCells(CudaRun& run, int n)
   {
     const int slots = slots_.slots();
