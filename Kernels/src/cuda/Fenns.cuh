@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(tiledReorderThreads) tiledReorder(InputPoints 
     share[s] = 0;
   }
   __syncthreads();
-  const int i = blockIdx.x * tiledReorderThreads + threadIdx.x;
+  const std::int64_t i = std::int64_t(blockIdx.x) * tiledReorderThreads + threadIdx.x; // n may be near 2^31
   Particle p;
   int section = -1, rank = 0;
   if (i < n)
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(tiledReorderThreads) tiledReorder(InputPoints 
   {
     const int slot = share[section] + rank;
     ordered[slot] = p;
-    orderToInput[slot] = i;
+    orderToInput[slot] = static_cast<std::int32_t>(i);
   }
 }
 
