@@ -215,19 +215,23 @@ private:
       SmallSortScan scan;
       scan.entries = sections + 1;
       scan.chunk = fennsChunk;
-      scan.exclusive = flags_.clawsLayout ? nullptr : innerStart_.ensure(std::size_t(slots) + 1, "coarse cell inner starts");
+      scan.exclusive =
+        flags_.clawsLayout ? nullptr : innerStart_.ensure(std::size_t(slots) + 1, "coarse cell inner starts");
       scan.tallies = tallies;
       scan.occupied = occupiedCells();
       scan.items = chunkItems(n);
-      allowDynamicSharedMemory(countAndScanSmallSort, run.device->id, sharedBytes, "raising the coarse count's shared-memory limit");
-      countAndScanSmallSort<<<countBlocks(run, n, countAndScanSmallSort, sharedBytes), smallSortThreads, sharedBytes, run.stream>>>(
+      allowDynamicSharedMemory(
+        countAndScanSmallSort, run.device->id, sharedBytes, "raising the coarse count's shared-memory limit");
+      const int blocks = countBlocks(run, n, countAndScanSmallSort, sharedBytes);
+      countAndScanSmallSort<<<blocks, smallSortThreads, sharedBytes, run.stream>>>(
         run.input, n, coarse_, grid_, slots_.slotOf(), slots, flags_.clawsLayout, useShared, counts, scan);
       NG_CUDA_CHECK_LAUNCH("coarse count and scan");
     }
     else
     {
       allowDynamicSharedMemory(fennsCount, run.device->id, sharedBytes, "raising the coarse count's shared-memory limit");
-      fennsCount<<<countBlocks(run, n, fennsCount, sharedBytes), 1024, sharedBytes, run.stream>>>(
+      const int blocks = countBlocks(run, n, fennsCount, sharedBytes);
+      fennsCount<<<blocks, 1024, sharedBytes, run.stream>>>(
         run.input, n, coarse_, grid_, slots_.slotOf(), slots, flags_.clawsLayout, useShared, counts);
       NG_CUDA_CHECK_LAUNCH("coarse count");
       sumOfSquares<<<std::min(blocksFor(slots), 32 * run.device->multiprocessors), 256, 0, run.stream>>>(
@@ -343,9 +347,9 @@ private:
       layout_ = CellLayout{ counts, innerStart, slots, false };
     }
     // One search block per chunk of an occupied cell (one per slot in the scatter variant, whose
-    // empty slots return at once). The lists stay on the device (countAndScanSmallSort made them where
-    // the sections fit it); the number of chunks came back with the sum of squares, so the search
-    // launches no block for an empty slot.
+    // empty slots return at once). The lists stay on the device (countAndScanSmallSort made them
+    // where the sections fit it); the number of chunks came back with the sum of squares, so the
+    // search launches no block for an empty slot.
     if (!scannedWithSquares_)
     {
       listOccupied<<<blocksFor(slots), 256, 0, run.stream>>>(
@@ -362,9 +366,9 @@ private:
   void launchTiledReorder(CudaRun& run, int n, int* innerEnd, int* borderEnd, int* borderCount)
   {
     const int slots = slots_.slots();
-    tiledReorder<<<std::max(1, blocksFor(n, tiledReorderThreads)), tiledReorderThreads, sizeof(int) * 2 * std::size_t(slots),
-      run.stream>>>(run.input, n, coarse_, grid_, slots_.slotOf(), slots, innerEnd, borderEnd, borderCount,
-      particles_.get(), orderToInput_.get());
+    const std::size_t sharedBytes = sizeof(int) * 2 * std::size_t(slots);
+    tiledReorder<<<blocksFor(n, tiledReorderThreads), tiledReorderThreads, sharedBytes, run.stream>>>(run.input, n,
+      coarse_, grid_, slots_.slotOf(), slots, innerEnd, borderEnd, borderCount, particles_.get(), orderToInput_.get());
     NG_CUDA_CHECK_LAUNCH("tiledReorder");
   }
 
