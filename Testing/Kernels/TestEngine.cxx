@@ -486,6 +486,30 @@ TEST(EngineMethods, RankedSlotCellsAreExact)
   unsetenv("NEIGHBORGRID_SLOT_CELLS_RANKED");
 }
 
+// Counting Sort scans tables of up to 32,768 counts in the last block of its offsets kernel and
+// larger ones with CUB: clouds whose tables (8 slots a cell up to 16,384 points) lie on either side
+// of that limit, of sizes that leave a ragged last tile, sparse and clustered.
+TEST(EngineMethods, CountingSortIsExactOnEitherSideOfItsOneBlockScan)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "the one-block scan is the CUDA backend's";
+  }
+  Engine engine;
+  for (std::int64_t n : { 700, 2048, 4095, 4099, 8195, 20001 })
+  {
+    for (const char* kind : { "uniform", "clustered" })
+    {
+      const Cloud cloud = ngtest::makeCloud(kind, n, 6.0 * std::cbrt(double(n) / 1000.0), 101 + n);
+      const double radius = 0.45;
+      SCOPED_TRACE(cloud.name);
+      const Reference ref(cloud, radius);
+      expectCountsAndDensity(engine, baseRequest(cloud, radius, Method::CountingSort), cloud, ref,
+        ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0));
+    }
+  }
+}
+
 // CLAWS with each of its ideas switched off in turn (and all of them), on clouds whose cells hold
 // several chunks, many duplicates and planar data: every combination must give the same results.
 TEST(EngineMethods, ClawsIsExactWithEachIdeaSwitchedOff)

@@ -8,6 +8,7 @@
 // (CellTable.h).
 #include "GridSearch.cuh"
 
+#include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
 
 namespace neighborgrid
@@ -24,6 +25,63 @@ __global__ void takeOffsets(const std::int32_t* __restrict__ slotOf, int n, std:
   if (i < n)
   {
     offsetInCell[i] = atomicAdd(counts + slotOf[i], 1);
+  }
+}
+
+/// Tables of at most smallTableEntries counts (clouds of up to a few thousand points): the
+/// exclusive scan of the counts in the block of takeOffsetsAndScan that finishes last, instead of
+/// CUB's sizing call and two launches. A small sort is mostly the host's launch calls (about 5 us
+/// each in the H100 machine's probe, RESULTS.md), as FENNS's and CLAWS's were before countAndScanSmallSort.
+constexpr int offsetsThreads = 1024;
+constexpr int offsetsScanItems = 8;
+constexpr int smallTableEntries = 4 * offsetsThreads * offsetsScanItems;
+
+/// takeOffsets, then the scan of counts[0, entries) into start in the last block. doneBlocks is
+/// zero on entry (cleared with the counts). Counts are read past L1 (__ldcg): other blocks wrote them.
+__global__ void __launch_bounds__(offsetsThreads) takeOffsetsAndScan(const std::int32_t* __restrict__ slotOf, int n,
+  std::int32_t* __restrict__ counts, std::int32_t* __restrict__ offsetInCell, std::int32_t* __restrict__ start,
+  int entries, unsigned int* __restrict__ doneBlocks)
+{
+  const std::int64_t i = std::int64_t(blockIdx.x) * offsetsThreads + threadIdx.x;
+  if (i < n)
+  {
+    offsetInCell[i] = atomicAdd(counts + slotOf[i], 1);
+  }
+  __shared__ bool countedLast;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0)
+  {
+    countedLast = atomicAdd(doneBlocks, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!countedLast)
+  {
+    return;
+  }
+  __threadfence();
+  using Scan = cub::BlockScan<std::int32_t, offsetsThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  std::int32_t carry = 0;
+  for (int base = 0; base < entries; base += offsetsThreads * offsetsScanItems)
+  {
+    const int first = base + threadIdx.x * offsetsScanItems;
+    std::int32_t items[offsetsScanItems];
+    for (int k = 0; k < offsetsScanItems; ++k)
+    {
+      items[k] = first + k < entries ? __ldcg(counts + first + k) : 0;
+    }
+    std::int32_t total = 0;
+    Scan(temp).ExclusiveSum(items, items, total);
+    for (int k = 0; k < offsetsScanItems; ++k)
+    {
+      if (first + k < entries)
+      {
+        start[first + k] = carry + items[k];
+      }
+    }
+    carry += total;
+    __syncthreads(); // the next tile reuses the scan's storage
   }
 }
 
@@ -70,7 +128,8 @@ public:
     }
     const int perCell = countingSortSlotsPerCell(n);
     const std::int64_t slots = perCell * cellCapacity(n, layout) + 2; // upper bound of the table's size
-    return SlotCells::plannedBytes(n, layout, perCell) + 8 * (slots + 1) + 4 * n + 16 * n + 4 * n + (std::int64_t(8) << 20);
+    return SlotCells::plannedBytes(n, layout, perCell) + 4 * (slots + 2) + 4 * (slots + 1) + 4 * n + 16 * n + 4 * n +
+      (std::int64_t(8) << 20);
   }
 
   void sort(CudaRun& run) override
@@ -94,21 +153,31 @@ public:
     }
     slots_.build(run, layout, cellSize_, countingSortSlotsPerCell(n));
     const int slots = slots_.slots();
-    std::int32_t* counts = counts_.ensure(std::size_t(slots) + 1, "cell counts");
+    // The counts, their zero end, and (small tables) the count of blocks done: one memset.
+    std::int32_t* counts = counts_.ensure(std::size_t(slots) + 2, "cell counts");
     std::int32_t* start = start_.ensure(std::size_t(slots) + 1, "cell starts");
     std::int32_t* offsets = offsets_.ensure(std::size_t(n), "offset of each point in its cell");
     Particle* particles = particles_.ensure(std::size_t(n), "particles (cell order)");
     std::int32_t* orderToInput = orderToInput_.ensure(std::size_t(n), "cell order to input order");
-    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(std::int32_t) * (std::size_t(slots) + 1), run.stream),
+    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(std::int32_t) * (std::size_t(slots) + 2), run.stream),
       "clearing cell counts");
-    takeOffsets<<<blocksFor(n), 256, 0, run.stream>>>(slots_.slotOf(), n, counts, offsets);
-    NG_CUDA_CHECK_LAUNCH("takeOffsets");
-    std::size_t scanBytes = 0;
-    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, counts, start, slots + 1, run.stream),
-      "sizing the cell scan");
-    void* temp = scratch_.ensure(scanBytes, "scan scratch");
-    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scanBytes, counts, start, slots + 1, run.stream),
-      "scanning cell counts");
+    if (slots + 1 <= smallTableEntries)
+    {
+      takeOffsetsAndScan<<<blocksFor(n, offsetsThreads), offsetsThreads, 0, run.stream>>>(slots_.slotOf(), n, counts,
+        offsets, start, slots + 1, reinterpret_cast<unsigned int*>(counts + slots + 1));
+      NG_CUDA_CHECK_LAUNCH("takeOffsetsAndScan");
+    }
+    else
+    {
+      takeOffsets<<<blocksFor(n), 256, 0, run.stream>>>(slots_.slotOf(), n, counts, offsets);
+      NG_CUDA_CHECK_LAUNCH("takeOffsets");
+      std::size_t scanBytes = 0;
+      NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, counts, start, slots + 1, run.stream),
+        "sizing the cell scan");
+      void* temp = scratch_.ensure(scanBytes, "scan scratch");
+      NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scanBytes, counts, start, slots + 1, run.stream),
+        "scanning cell counts");
+    }
     scatterToCells<<<blocksFor(n), 256, 0, run.stream>>>(
       run.input, n, slots_.slotOf(), offsets, start, cellSize_, 1.0 / cellSize_, particles, orderToInput);
     NG_CUDA_CHECK_LAUNCH("scatterToCells");
