@@ -108,6 +108,11 @@ struct Problem
   Points input;                // the caller's coordinates of the particles
   double lo[3] = { 0, 0, 0 };  // bounds of the coordinates (double)
   double hi[3] = { 0, 0, 0 };
+  // The extent of the points' bulk where a few far points stretch the bounds (findBulkExtent);
+  // sizes that follow the data's density (Auto, FENNS's and CLAWS's coarse cells) read it.
+  double bulkLo[3] = { 0, 0, 0 };
+  double bulkHi[3] = { 0, 0, 0 };
+  bool boundsStretched = false; // false: the bounds are the bulk
   double radius = 0.0;
   Operation operation = Operation::Density;
   Method method = Method::Auto; // as requested; the backend resolves Auto and reports the choice
@@ -187,6 +192,19 @@ inline double coordinateOf(const Points& p, std::int64_t i, int axis)
 
 /// Bounds in double and the non-finite check on the host, on `threads` threads.
 void findBoundsOnHost(const Points& points, int threads, double lo[3], double hi[3]);
+
+/// The volume over which `p`'s points are spread (their bulk: findBulkExtent, CoordinateBounds.h),
+/// each side at least `leastSide`: the denominator of a density estimate.
+inline double bulkVolume(const Problem& p, double leastSide)
+{
+  double volume = 1.0;
+  for (int a = 0; a < 3; ++a)
+  {
+    const double extent = p.boundsStretched ? p.bulkHi[a] - p.bulkLo[a] : p.hi[a] - p.lo[a];
+    volume *= extent > leastSide ? extent : leastSide;
+  }
+  return volume;
+}
 
 /// Throws the error for a non-finite coordinate, naming the point and its coordinates.
 [[noreturn]] void failNonFinitePoint(const Points& points, std::int64_t index);

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <utility>
 #include <type_traits>
 
 #if defined(__SSE2__)
@@ -144,6 +148,88 @@ void widenBounds(const void* values, std::size_t count, int firstAxis, bool isDo
   {
     widen(static_cast<const float*>(values), count, firstAxis, bounds);
   }
+}
+
+namespace
+{
+constexpr int bulkSample = 256;
+constexpr int bulkTrimmed = 2; // sample values beyond the bulk's ends, on each side
+
+template <class T>
+void findBulkExtentTyped(const T* xyz, std::int64_t n, double bulkLo[3], double bulkHi[3])
+{
+  // The three smallest and three largest sample values of each axis, in order, kept in one pass.
+  double low[3][bulkTrimmed + 1], high[3][bulkTrimmed + 1];
+  for (int a = 0; a < 3; ++a)
+  {
+    std::fill(std::begin(low[a]), std::end(low[a]), std::numeric_limits<double>::infinity());
+    std::fill(std::begin(high[a]), std::end(high[a]), -std::numeric_limits<double>::infinity());
+  }
+  for (int s = 0; s < bulkSample; ++s)
+  {
+    const std::int64_t i = (2 * s + 1) * n / (2 * bulkSample);
+    for (int a = 0; a < 3; ++a)
+    {
+      double v = double(xyz[3 * i + a]), w = v;
+      for (int k = 0; k <= bulkTrimmed; ++k)
+      {
+        if (v < low[a][k])
+        {
+          std::swap(v, low[a][k]);
+        }
+        if (w > high[a][k])
+        {
+          std::swap(w, high[a][k]);
+        }
+      }
+    }
+  }
+  // A uniform sample of m values leaves about (t + 1) / (m + 1) of the extent beyond its
+  // (t + 1)-th smallest value, and as much beyond the (t + 1)-th largest.
+  const double beyond = double(bulkTrimmed + 1) / double(bulkSample + 1 - 2 * (bulkTrimmed + 1));
+  for (int a = 0; a < 3; ++a)
+  {
+    const double width = high[a][bulkTrimmed] - low[a][bulkTrimmed];
+    bulkLo[a] = low[a][bulkTrimmed] - beyond * width;
+    bulkHi[a] = high[a][bulkTrimmed] + beyond * width;
+  }
+}
+} // namespace
+
+bool findBulkExtent(const void* xyz, std::int64_t n, bool isDouble, const double lo[3], const double hi[3],
+  double bulkLo[3], double bulkHi[3])
+{
+  std::copy(lo, lo + 3, bulkLo);
+  std::copy(hi, hi + 3, bulkHi);
+  if (n < 4 * bulkSample)
+  {
+    return false;
+  }
+  double sampledLo[3], sampledHi[3];
+  if (isDouble)
+  {
+    findBulkExtentTyped(static_cast<const double*>(xyz), n, sampledLo, sampledHi);
+  }
+  else
+  {
+    findBulkExtentTyped(static_cast<const float*>(xyz), n, sampledLo, sampledHi);
+  }
+  double boundsVolume = 1.0, bulkVolume = 1.0;
+  for (int a = 0; a < 3; ++a)
+  {
+    sampledLo[a] = std::max(lo[a], sampledLo[a]);
+    sampledHi[a] = std::min(hi[a], sampledHi[a]);
+    // A flat axis (planar data) is as flat in the sample: the ratio of the volumes is the others'.
+    boundsVolume *= std::max(hi[a] - lo[a], 1e-300);
+    bulkVolume *= std::max(sampledHi[a] - sampledLo[a], 1e-300);
+  }
+  if (!(bulkVolume < boundsVolume / 8.0))
+  {
+    return false;
+  }
+  std::copy(sampledLo, sampledLo + 3, bulkLo);
+  std::copy(sampledHi, sampledHi + 3, bulkHi);
+  return true;
 }
 
 } // namespace detail

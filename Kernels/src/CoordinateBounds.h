@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace neighborgrid
 {
@@ -29,6 +30,17 @@ struct CoordinateBounds
 /// axis `firstAxis` (0 = x), the next to the next axis, and so on. A NaN or an infinity clears
 /// bounds.allFinite (the bounds then mean nothing).
 void widenBounds(const void* values, std::size_t count, int firstAxis, bool isDouble, CoordinateBounds& bounds);
+
+/// The extent of the bulk of n points (x y z x y z ..., float or double) within their bounds lo,
+/// hi: per axis, the third smallest and third largest value of a strided sample of 256 points,
+/// widened by the share of a uniform cloud's extent that a sample leaves beyond them. A few far
+/// points (escaped particles, stray returns) stretch the bounds by orders of magnitude; the bulk's
+/// extent they leave alone. Where the bulk's volume is more than an eighth of the bounds' (even,
+/// clustered or planar data), or for fewer than 1,024 points, the bounds are the bulk, so the
+/// estimates of such data stay as they were. Returns whether the bulk is narrower than the
+/// bounds. Reads 256 points: a few microseconds.
+bool findBulkExtent(const void* xyz, std::int64_t n, bool isDouble, const double lo[3], const double hi[3],
+  double bulkLo[3], double bulkHi[3]);
 
 } // namespace detail
 } // namespace neighborgrid

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 using neighborgrid::detail::CoordinateBounds;
@@ -92,4 +93,99 @@ TEST(CoordinateBounds, MergeKeepsTheWiderBoundsAndAnyNonFiniteValue)
   widenBounds(second + 3, 1, 0, false, b);
   a.merge(b);
   EXPECT_FALSE(a.allFinite);
+}
+
+namespace
+{
+/// n points uniform in [0, side)^3 (z flat at 2.5 when planar), as float or double, and their bounds.
+template <class T>
+struct UniformCloud
+{
+  std::vector<T> xyz;
+  double lo[3] = { HUGE_VAL, HUGE_VAL, HUGE_VAL }, hi[3] = { -HUGE_VAL, -HUGE_VAL, -HUGE_VAL };
+
+  UniformCloud(std::int64_t n, double side, bool planar = false) : xyz(3 * n)
+  {
+    std::mt19937_64 rng(77 + n);
+    std::uniform_real_distribution<double> u(0.0, side);
+    for (std::int64_t i = 0; i < 3 * n; ++i)
+    {
+      xyz[i] = T(planar && i % 3 == 2 ? 2.5 : u(rng));
+    }
+  }
+  void place(std::int64_t i, double x, double y, double z)
+  {
+    xyz[3 * i] = T(x);
+    xyz[3 * i + 1] = T(y);
+    xyz[3 * i + 2] = T(z);
+  }
+  std::int64_t count() const { return std::int64_t(xyz.size() / 3); }
+  bool bulk(double bulkLo[3], double bulkHi[3])
+  {
+    for (std::size_t i = 0; i < xyz.size(); ++i)
+    {
+      lo[i % 3] = std::min(lo[i % 3], double(xyz[i]));
+      hi[i % 3] = std::max(hi[i % 3], double(xyz[i]));
+    }
+    return neighborgrid::detail::findBulkExtent(
+      xyz.data(), count(), std::is_same<T, double>::value, lo, hi, bulkLo, bulkHi);
+  }
+};
+
+/// The sample's point s of n (findBulkExtent reads every (2s + 1) n / 512-th point).
+std::int64_t sampled(std::int64_t s, std::int64_t n)
+{
+  return (2 * s + 1) * n / 512;
+}
+
+template <class T>
+void expectFarPointsLeftOut()
+{
+  // One far point where the sample does not look, and two where it does, on the same side.
+  UniformCloud<T> cloud(8193, 10.0);
+  cloud.place(1, 1e6, -3e5, 2e7);
+  cloud.place(sampled(7, 8193), -4e4, 5e4, 9e5);
+  cloud.place(sampled(200, 8193), -3e4, 6e4, 8e5);
+  double lo[3], hi[3];
+  EXPECT_TRUE(cloud.bulk(lo, hi));
+  for (int a = 0; a < 3; ++a)
+  {
+    EXPECT_LT(lo[a], 0.5) << "axis " << a;
+    EXPECT_GT(lo[a], -1.0) << "axis " << a;
+    EXPECT_GT(hi[a], 9.5) << "axis " << a;
+    EXPECT_LT(hi[a], 11.0) << "axis " << a;
+  }
+}
+} // namespace
+
+TEST(BulkExtent, FarPointsStretchTheBoundsButNotTheBulk)
+{
+  expectFarPointsLeftOut<float>();
+  expectFarPointsLeftOut<double>();
+}
+
+// Even and planar clouds, and clouds too small to sample, keep their bounds exactly: the
+// estimates that read the bulk (Auto, FENNS's and CLAWS's coarse cells) do not move for them.
+TEST(BulkExtent, EvenPlanarAndSmallCloudsKeepTheirBounds)
+{
+  const auto expectBounds = [](auto& cloud, const char* what) {
+    double lo[3], hi[3];
+    EXPECT_FALSE(cloud.bulk(lo, hi)) << what;
+    for (int a = 0; a < 3; ++a)
+    {
+      EXPECT_EQ(lo[a], cloud.lo[a]) << what << ", axis " << a;
+      EXPECT_EQ(hi[a], cloud.hi[a]) << what << ", axis " << a;
+    }
+  };
+  UniformCloud<float> even(100000, 10.0);
+  expectBounds(even, "even");
+  UniformCloud<double> planar(8193, 10.0, true);
+  expectBounds(planar, "planar");
+  UniformCloud<float> small(1023, 10.0);
+  small.place(5, 1e9, 1e9, 1e9);
+  expectBounds(small, "1,023 points with a far one");
+  // A cloud stretched along one axis by a few far points only on it.
+  UniformCloud<float> slab(8193, 10.0);
+  slab.place(sampled(3, 8193), 5.0, 5.0, 60.0);
+  expectBounds(slab, "one sampled far point, 6x the extent");
 }

@@ -297,6 +297,12 @@ public:
       problem.lo[a] = bounds.lo[a];
       problem.hi[a] = bounds.hi[a];
     }
+    // Auto and FENNS/CLAWS's coarse cells estimate density over the bulk: a few far points stretch
+    // the bounds (RESULTS.md, "the bulk of the points"). A periodic run's points are the box's.
+    const bool readsBulk = problem.method == Method::FENNS || problem.method == Method::CLAWS ||
+      (problem.method == Method::Auto && autoReadsBulk(problem));
+    problem.boundsStretched = readsBulk && !problem.imagesByBackend &&
+      findBulkExtent(points.xyz, n, isDouble, problem.lo, problem.hi, problem.bulkLo, problem.bulkHi);
     // No wait for the last slices' DMA: the host goes on to plan the run and launch the sort,
     // which the stream runs after the DMA. The coordinates stage still ends when the last of them
     // is on the device (collectStageTimes).
@@ -1126,6 +1132,20 @@ private:
     return slot.get();
   }
 
+  /// Auto's rules that read the bulk take sparse data only, and the bulk is never sparser than
+  /// the bounds: where the bounds hold a point per cell of R or more, no sample is taken (256
+  /// scattered reads of a large array: 40-75 us on the build machine, with the caches cold).
+  static bool autoReadsBulk(const Problem& p)
+  {
+    const double fine = cellSizeFor(p.radius, 1);
+    double volume = 1.0;
+    for (int a = 0; a < 3; ++a)
+    {
+      volume *= std::max(p.hi[a] - p.lo[a], fine);
+    }
+    return double(p.count) * fine * fine * fine < volume;
+  }
+
   /// Auto's rule, fitted to Testing/Benchmarks/results-H100.csv (every row of FENNS Tables 1-3
   /// and CLAWS Tables 1-2 and the scale sweep on an H100; Testing/Benchmarks/RESULTS.md):
   ///  - Counting Sort and Radix Sort share one search and differ in the sort. Below about 1.5M
@@ -1156,17 +1176,29 @@ private:
     // box of 180: CLAWS 1.43 ms, Counting Sort 4.07 ms; 524,288 points, R = 0.3 in a box of
     // 360, 3e-4 per cell: CLAWS 0.178 ms, Counting Sort 0.316, since its coarse cells may be
     // 256 R wide; 4M points, R = 0.8 and 1 in a box of 180, 0.37 and 0.72 per cell: CLAWS 1.65
-    // and 1.80 ms, Radix Sort 1.86 and 1.91). Not below 256K points, although CLAWS is 10-40%
-    // faster on the papers' sparse rows there: one far point, which the bounds' density cannot
-    // tell from sparse data, makes CLAWS 2-4.5x slower than Counting Sort at that size (its first
-    // coarse cells hold the whole cloud; RESULTS.md, "FENNS and CLAWS on small clouds").
+    // and 1.80 ms, Radix Sort 1.86 and 1.91). The density is the bulk's (findBulkExtent): one
+    // far point made sparse data of the bounds. Below 256K points Counting Sort's small sorts
+    // are as fast as CLAWS's (H200: 0.058-0.092 ms against 0.054-0.101 at 1,024 and 65,536
+    // points), but for the sizes below.
     double volume = 1.0;
     for (int a = 0; a < 3; ++a)
     {
       volume *= std::max(p.hi[a] - p.lo[a], fine);
     }
     const double perCell = n * fine * fine * fine / volume;
-    if (p.count >= 262144 && perCell > 2e-4 && perCell < 1.0)
+    const double bulkPerCell = n * fine * fine * fine / bulkVolume(p, fine);
+    if (p.count >= 262144 && bulkPerCell > 2e-4 && bulkPerCell < 1.0)
+    {
+      return Method::CLAWS;
+    }
+    // Sparse clouds of 4,097 to 16,384 points: CLAWS. Counting Sort's table of 8 slots a cell
+    // there outgrows the scan in its offsets kernel's last block, and CUB's scan costs it three
+    // host calls; CLAWS's small sort is one launch (H200, FENNS Tables 1 and 3 at 8,192 points:
+    // CLAWS 0.054-0.077 ms, Counting Sort 0.064-0.085). Over the bulk of the points, so one far
+    // point does not make a dense cloud look sparse; and not with such a point at all, whose
+    // keys are too wide for CLAWS's table (outlier-8K: CLAWS 0.079-0.115 ms, Counting Sort
+    // 0.063-0.091; RESULTS.md, "the bulk of the points").
+    if (p.count > 4096 && p.count <= 16384 && bulkPerCell < 1.0 && !p.boundsStretched)
     {
       return Method::CLAWS;
     }
