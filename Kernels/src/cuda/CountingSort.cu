@@ -28,10 +28,12 @@ __global__ void takeOffsets(const std::int32_t* __restrict__ slotOf, int n, std:
   }
 }
 
-/// Tables of at most smallTableEntries counts (clouds of up to a few thousand points): the
+/// Tables of at most smallTableEntries counts (clouds of up to 2,048 points, 8 slots a cell): the
 /// exclusive scan of the counts in the block of takeOffsetsAndScan that finishes last, instead of
 /// CUB's sizing call and two launches. A small sort is mostly the host's launch calls (about 5 us
-/// each in the H100 machine's probe, RESULTS.md), as FENNS's and CLAWS's were before countAndScanSmallSort.
+/// each in the H100 machine's probe, RESULTS.md), as FENNS's and CLAWS's were before
+/// countAndScanSmallSort. Not for larger tables: one SM scanning the 65,537 counts of 8,192 points
+/// took 25-35 us more than CUB's launches cost (H200, RESULTS.md).
 constexpr int offsetsThreads = 1024;
 constexpr int offsetsScanItems = 8;
 constexpr int smallTableEntries = 4 * offsetsThreads * offsetsScanItems;
