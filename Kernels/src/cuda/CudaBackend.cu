@@ -1178,8 +1178,9 @@ private:
     // 256 R wide; 4M points, R = 0.8 and 1 in a box of 180, 0.37 and 0.72 per cell: CLAWS 1.65
     // and 1.80 ms, Radix Sort 1.86 and 1.91). The density is the bulk's (findBulkExtent): one
     // far point made sparse data of the bounds. Below 256K points Counting Sort's small sorts
-    // are as fast as CLAWS's (H200: 0.058-0.092 ms against 0.054-0.101 at 1,024 and 65,536
-    // points), but for the sizes below.
+    // are about as fast as CLAWS's (H200, FENNS Tables 1 and 3, results-H200.csv: 0.056-0.073 ms
+    // against 0.051-0.080 at 1,024 points, 0.083-0.100 against 0.084-0.102 at 65,536), but for
+    // the sizes below.
     double volume = 1.0;
     for (int a = 0; a < 3; ++a)
     {
@@ -1193,8 +1194,8 @@ private:
     }
     // Sparse clouds of 4,097 to 16,384 points: CLAWS. Counting Sort's table of 8 slots a cell
     // there outgrows the scan in its offsets kernel's last block, and CUB's scan costs it three
-    // host calls; CLAWS's small sort is one launch (H200, FENNS Tables 1 and 3 at 8,192 points:
-    // CLAWS 0.054-0.077 ms, Counting Sort 0.064-0.085). Over the bulk of the points, so one far
+    // host calls; CLAWS's small sort is one launch (H200, FENNS Tables 1 and 3 at 8,192 points,
+    // results-H200.csv: CLAWS 0.068-0.086 ms, Counting Sort 0.079-0.092). Over the bulk of the points, so one far
     // point does not make a dense cloud look sparse; and not with such a point at all, whose
     // keys are too wide for CLAWS's table (outlier-8K: CLAWS 0.079-0.115 ms, Counting Sort
     // 0.063-0.091; RESULTS.md, "the bulk of the points").

@@ -381,12 +381,12 @@ private:
   {
     const double fine = cellSizeFor(p.radius, 1);
     // Over the bulk of the points: a far outlier's bounds made the first coarse cells hold the
-    // whole cloud, and each correction of sort() cost a sort (outlier-8K: 0.157 ms, 0.072 with
-    // the bulk; RESULTS.md).
+    // whole cloud, and each correction of sort() cost a sort (H200, outlier-1M: CLAWS 3.9-4.0 ms,
+    // 1.54-1.59 with the bulk; RESULTS.md, "the bulk of the points").
     const double side = std::cbrt(double(targetPerCell_) * bulkVolume(p, fine) / double(n));
     // At most 256 cells of size R: beyond that the first guess is surely the bounds' fault (a
-    // far outlier the bulk's sample missed), and sort() narrows it. Sparse clouds want the wide cells: with at most 64,
-    // clouds of 8,192-524,288 points with R of 0.2-0.3 in a box of 180-360 (the papers' tables)
+    // far outlier the bulk's sample missed), and sort() narrows it. Sparse clouds want the wide
+    // cells: with at most 64, clouds of 8,192-524,288 points with R of 0.2-0.3 in a box of 180-360 (the papers' tables)
     // had a few points per coarse cell and a search 2-3x slower on the H100.
     const double k = std::max(1.0, std::min(widestCoarse_, std::floor(side / fine)));
     return k * fine;
