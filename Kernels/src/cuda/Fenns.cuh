@@ -250,10 +250,6 @@ struct CellLayout
   }
 };
 
-/// The occupied slots (one block each in the scatter variant), and the search's work items: one
-/// per chunk of `chunk` points of an occupied cell, (slot, first point), so that a cell of many
-/// chunks runs on many blocks instead of looping over its chunks on one. counts[0] receives the
-/// occupied cells, counts[1] the items.
 /// Lists slot c, which holds `points` > 0 points: its cell, and one item a chunk.
 __device__ __forceinline__ void listSlot(int c, int points, int chunk, int* __restrict__ occupied,
   int2* __restrict__ items, int* __restrict__ counts)
@@ -267,6 +263,10 @@ __device__ __forceinline__ void listSlot(int c, int points, int chunk, int* __re
   }
 }
 
+/// The occupied slots (one block each in the scatter variant), and the search's work items: one
+/// per chunk of `chunk` points of an occupied cell, (slot, first point), so that a cell of many
+/// chunks runs on many blocks instead of looping over its chunks on one. counts[0] receives the
+/// occupied cells, counts[1] the items.
 __global__ void listOccupied(CellLayout layout, int chunk, int* __restrict__ occupied, int2* __restrict__ items,
   int* __restrict__ counts)
 {
