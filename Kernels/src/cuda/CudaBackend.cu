@@ -1195,9 +1195,9 @@ private:
     // Sparse clouds of 4,097 to 16,384 points: CLAWS. Counting Sort's table of 8 slots a cell
     // there outgrows the scan in its offsets kernel's last block, and CUB's scan costs it three
     // host calls; CLAWS's small sort is one launch (H200, FENNS Tables 1 and 3 at 8,192 points,
-    // results-H200.csv: CLAWS 0.068-0.086 ms, Counting Sort 0.079-0.092). Over the bulk of the points, so one far
-    // point does not make a dense cloud look sparse; and not with such a point at all, whose
-    // keys are too wide for CLAWS's table (outlier-8K: CLAWS 0.079-0.115 ms, Counting Sort
+    // results-H200.csv: CLAWS 0.068-0.086 ms, Counting Sort 0.079-0.092). Over the bulk of the
+    // points, so one far point does not make a dense cloud look sparse; and not with such a
+    // point at all, whose keys are too wide for CLAWS's table (outlier-8K: CLAWS 0.079-0.115 ms, Counting Sort
     // 0.063-0.091; RESULTS.md, "the bulk of the points").
     if (p.count > 4096 && p.count <= 16384 && bulkPerCell < 1.0 && !p.boundsStretched)
     {
