@@ -131,37 +131,12 @@ __global__ void cellOfInputKernel(const std::int32_t* __restrict__ start, int ce
 }
 
 /// Every point finds or inserts its cell's key; the slot is the cell id.
-__global__ void insertPointKeys(InputPoints input, int n, double size, KeyLayout layout, CellLookup lookup,
-  BitsSlot* bitsSlots, std::int32_t* __restrict__ slotOf)
+__global__ void insertPointKeys(SlotInsert insert, int n)
 {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n)
+  if (i < n)
   {
-    return;
-  }
-  double c[3];
-  inputCell(input, i, size, c);
-  std::uint64_t key = 0;
-  layout.bitsKey(c, key);
-  unsigned long long* keys = reinterpret_cast<unsigned long long*>(&bitsSlots[0].key);
-  constexpr int stride = sizeof(BitsSlot) / sizeof(unsigned long long);
-  for (std::uint64_t s = lookup.home(key);; s = (s + 1) & lookup.mask)
-  {
-    unsigned long long seen = keys[s * stride];
-    if (seen == emptyKey)
-    {
-      seen = atomicCAS(keys + s * stride, emptyKey, key);
-      if (seen == emptyKey)
-      {
-        bitsSlots[s].cell = static_cast<std::int32_t>(s);
-        seen = key;
-      }
-    }
-    if (seen == key)
-    {
-      slotOf[i] = static_cast<std::int32_t>(s);
-      return;
-    }
+    insert.insert(i);
   }
 }
 
@@ -469,16 +444,30 @@ std::int64_t SlotCells::heldBytes() const
 void SlotCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, int slotsPerCell)
 {
   const std::int64_t n = run.count;
-  std::int32_t* slotOf = slotOf_.ensure(std::size_t(n), "cell slot of each point");
-  table_ = CellTable{};
-  if (ranksCells(n, layout))
+  SlotInsert insert;
+  if (!prepare(run, layout, cellSize, slotsPerCell, insert))
   {
     // Rank the cells with the radix sort; the rank is the slot, the radix lookup finds it.
+    std::int32_t* slotOf = slotOf_.ensure(std::size_t(n), "cell slot of each point");
     ranks_.build(run, layout, cellSize, true);
     ranks_.cellOfInput(run, slotOf);
     table_ = ranks_.table();
     slots_ = table_.cells;
     return;
+  }
+  // No count of the occupied cells comes back to the host: nothing reads it, and waiting for it
+  // was a host round trip in every sort of Counting Sort, FENNS and CLAWS.
+  insertPointKeys<<<blocksFor(n), 256, 0, run.stream>>>(insert, static_cast<int>(n));
+  NG_CUDA_CHECK_LAUNCH("insertPointKeys");
+}
+
+bool SlotCells::prepare(CudaRun& run, const KeyLayout& layout, double cellSize, int slotsPerCell, SlotInsert& insert)
+{
+  const std::int64_t n = run.count;
+  table_ = CellTable{};
+  if (ranksCells(n, layout))
+  {
+    return false;
   }
   table_.layout = layout;
   table_.cellSize = cellSize;
@@ -492,13 +481,15 @@ void SlotCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, in
   BitsSlot* table = bitsSlots_.ensure(slots, "occupied-cell table");
   NG_CUDA_CHECK(cudaMemsetAsync(table, 0xff, slots * sizeof(BitsSlot), run.stream), "clearing the occupied-cell table");
   lookup.bitsSlots = table;
-  // No count of the occupied cells comes back to the host: nothing reads it, and waiting for it
-  // was a host round trip in every sort of Counting Sort, FENNS and CLAWS.
-  insertPointKeys<<<blocksFor(n), 256, 0, run.stream>>>(
-    run.input, static_cast<int>(n), cellSize, layout, lookup, table, slotOf);
-  NG_CUDA_CHECK_LAUNCH("insertPointKeys");
   slots_ = static_cast<std::int32_t>(slots);
   table_.cells = slots_;
+  insert.input = run.input;
+  insert.cellSize = cellSize;
+  insert.layout = layout;
+  insert.lookup = lookup;
+  insert.table = table;
+  insert.slotOf = slotOf_.ensure(std::size_t(n), "cell slot of each point");
+  return true;
 }
 
 CellTable SlotCells::table(const std::int32_t* start) const

@@ -127,6 +127,54 @@ private:
   CellTable table_;
 };
 
+/// One point's insertion into SlotCells' hashed table of occupied cells (SlotCells::prepare):
+/// the point's cell key by compare-and-swap into the first free or matching slot from its home.
+struct SlotInsert
+{
+  InputPoints input;
+  double cellSize = 1.0;
+  KeyLayout layout;
+  CellLookup lookup;
+  BitsSlot* table = nullptr;
+  std::int32_t* slotOf = nullptr; // written: the slot of each point, input order
+
+  /// Inserts point i's cell and returns its slot (also written to slotOf[i]).
+  __device__ std::int32_t insert(std::int64_t i) const
+  {
+    double c[3];
+    inputCell(input, i, cellSize, c);
+    std::uint64_t key = 0;
+    layout.bitsKey(c, key);
+    unsigned long long* keys = reinterpret_cast<unsigned long long*>(&table[0].key);
+    constexpr int stride = sizeof(BitsSlot) / sizeof(unsigned long long);
+    for (std::uint64_t s = lookup.home(key);; s = (s + 1) & lookup.mask)
+    {
+      unsigned long long seen = keys[s * stride];
+      if (seen == emptyKey)
+      {
+        seen = atomicCAS(keys + s * stride, emptyKey, key);
+        if (seen == emptyKey)
+        {
+          table[s].cell = static_cast<std::int32_t>(s);
+          seen = key;
+        }
+      }
+      if (seen == key)
+      {
+        slotOf[i] = static_cast<std::int32_t>(s);
+        return static_cast<std::int32_t>(s);
+      }
+    }
+  }
+};
+
+/// The slots SlotCells::build wrote (ranked cells, or a method's second pass): insert() reads them.
+struct SlotsGiven
+{
+  const std::int32_t* slotOf = nullptr;
+  __device__ std::int32_t insert(std::int64_t i) const { return slotOf[i]; }
+};
+
 class SlotCells
 {
 public:
@@ -144,6 +192,11 @@ public:
   /// Slot of every point's cell (slotOf(), input order) in a table of occupied cells, with at
   /// least slotsPerCell slots a cell (a table at most half full by default).
   void build(CudaRun& run, const KeyLayout& layout, double cellSize, int slotsPerCell = 2);
+  /// build() in two halves, for a caller whose own kernel inserts every point (SlotInsert) beside
+  /// its own work on the point, one launch and one read of the slots fewer: prepare() plans and
+  /// clears the table and fills `insert`; once the caller's kernel has run, slots(), slotOf() and
+  /// table() are as after build(). False where build() ranks the cells (ranksCells): call it then.
+  bool prepare(CudaRun& run, const KeyLayout& layout, double cellSize, int slotsPerCell, SlotInsert& insert);
   std::int32_t slots() const { return slots_; }
   const std::int32_t* slotOf() const { return slotOf_.get(); }
   /// The table, with the caller's start array over slots (slots() + 1 entries).

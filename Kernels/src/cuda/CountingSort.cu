@@ -18,13 +18,16 @@ namespace detail
 namespace
 {
 
-__global__ void takeOffsets(const std::int32_t* __restrict__ slotOf, int n, std::int32_t* __restrict__ counts,
-  std::int32_t* __restrict__ offsetInCell)
+/// Each point's place in its cell, counted. Slots: SlotInsert (the point's cell inserted into the
+/// table here, in the same pass) or SlotsGiven (slots the ranked cells wrote).
+template <class Slots>
+__global__ void takeOffsets(
+  Slots slots, int n, std::int32_t* __restrict__ counts, std::int32_t* __restrict__ offsetInCell)
 {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n)
   {
-    offsetInCell[i] = atomicAdd(counts + slotOf[i], 1);
+    offsetInCell[i] = atomicAdd(counts + slots.insert(i), 1);
   }
 }
 
@@ -40,14 +43,15 @@ constexpr int smallTableEntries = 4 * offsetsThreads * offsetsScanItems;
 
 /// takeOffsets, then the scan of counts[0, entries) into start in the last block. doneBlocks is
 /// zero on entry (cleared with the counts). Counts are read past L1 (__ldcg): other blocks wrote them.
-__global__ void __launch_bounds__(offsetsThreads) takeOffsetsAndScan(const std::int32_t* __restrict__ slotOf, int n,
+template <class Slots>
+__global__ void __launch_bounds__(offsetsThreads) takeOffsetsAndScan(Slots slots, int n,
   std::int32_t* __restrict__ counts, std::int32_t* __restrict__ offsetInCell, std::int32_t* __restrict__ start,
   int entries, unsigned int* __restrict__ doneBlocks)
 {
   const std::int64_t i = std::int64_t(blockIdx.x) * offsetsThreads + threadIdx.x;
   if (i < n)
   {
-    offsetInCell[i] = atomicAdd(counts + slotOf[i], 1);
+    offsetInCell[i] = atomicAdd(counts + slots.insert(i), 1);
   }
   __shared__ bool countedLast;
   __threadfence();
@@ -153,35 +157,23 @@ public:
       table_ = radix_.table();
       return;
     }
-    slots_.build(run, layout, cellSize_, countingSortSlotsPerCell(n));
-    const int slots = slots_.slots();
-    // The counts, their zero end, and (small tables) the count of blocks done: one memset.
-    std::int32_t* counts = counts_.ensure(std::size_t(slots) + 2, "cell counts");
-    std::int32_t* start = start_.ensure(std::size_t(slots) + 1, "cell starts");
-    std::int32_t* offsets = offsets_.ensure(std::size_t(n), "offset of each point in its cell");
-    Particle* particles = particles_.ensure(std::size_t(n), "particles (cell order)");
-    std::int32_t* orderToInput = orderToInput_.ensure(std::size_t(n), "cell order to input order");
-    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(std::int32_t) * (std::size_t(slots) + 2), run.stream),
-      "clearing cell counts");
-    if (slots + 1 <= smallTableEntries)
+    // The table's slots come from the offsets kernel itself (SlotInsert: one launch and one read
+    // of the slots fewer), or from ranked cells where the table would be too large.
+    SlotInsert insert;
+    if (slots_.prepare(run, layout, cellSize_, countingSortSlotsPerCell(n), insert))
     {
-      takeOffsetsAndScan<<<blocksFor(n, offsetsThreads), offsetsThreads, 0, run.stream>>>(slots_.slotOf(), n, counts,
-        offsets, start, slots + 1, reinterpret_cast<unsigned int*>(counts + slots + 1));
-      NG_CUDA_CHECK_LAUNCH("takeOffsetsAndScan");
+      countAndScan(run, insert);
     }
     else
     {
-      takeOffsets<<<blocksFor(n), 256, 0, run.stream>>>(slots_.slotOf(), n, counts, offsets);
-      NG_CUDA_CHECK_LAUNCH("takeOffsets");
-      std::size_t scanBytes = 0;
-      NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, counts, start, slots + 1, run.stream),
-        "sizing the cell scan");
-      void* temp = scratch_.ensure(scanBytes, "scan scratch");
-      NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scanBytes, counts, start, slots + 1, run.stream),
-        "scanning cell counts");
+      slots_.build(run, layout, cellSize_, countingSortSlotsPerCell(n));
+      countAndScan(run, SlotsGiven{ slots_.slotOf() });
     }
+    const std::int32_t* start = start_.get();
+    Particle* particles = particles_.ensure(std::size_t(n), "particles (cell order)");
+    std::int32_t* orderToInput = orderToInput_.ensure(std::size_t(n), "cell order to input order");
     scatterToCells<<<blocksFor(n), 256, 0, run.stream>>>(
-      run.input, n, slots_.slotOf(), offsets, start, cellSize_, 1.0 / cellSize_, particles, orderToInput);
+      run.input, n, slots_.slotOf(), offsets_.get(), start, cellSize_, 1.0 / cellSize_, particles, orderToInput);
     NG_CUDA_CHECK_LAUNCH("scatterToCells");
     table_ = slots_.table(start);
   }
@@ -203,6 +195,36 @@ private:
   void launch(CudaRun& run, const Op& op)
   {
     launchGridSearch(run, table_, particles(), orderToInput(), test_, op);
+  }
+
+  /// Each point's offset in its cell and the cells' starts (the exclusive scan of the counts):
+  /// small tables in one launch, larger ones with CUB's scan after the count.
+  template <class Slots>
+  void countAndScan(CudaRun& run, const Slots& slotsOfPoints)
+  {
+    const int n = static_cast<int>(run.count);
+    const int slots = slots_.slots();
+    // The counts, their zero end, and (small tables) the count of blocks done: one memset.
+    std::int32_t* counts = counts_.ensure(std::size_t(slots) + 2, "cell counts");
+    std::int32_t* start = start_.ensure(std::size_t(slots) + 1, "cell starts");
+    std::int32_t* offsets = offsets_.ensure(std::size_t(n), "offset of each point in its cell");
+    NG_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(std::int32_t) * (std::size_t(slots) + 2), run.stream),
+      "clearing cell counts");
+    if (slots + 1 <= smallTableEntries)
+    {
+      takeOffsetsAndScan<<<blocksFor(n, offsetsThreads), offsetsThreads, 0, run.stream>>>(slotsOfPoints, n, counts,
+        offsets, start, slots + 1, reinterpret_cast<unsigned int*>(counts + slots + 1));
+      NG_CUDA_CHECK_LAUNCH("takeOffsetsAndScan");
+      return;
+    }
+    takeOffsets<<<blocksFor(n), 256, 0, run.stream>>>(slotsOfPoints, n, counts, offsets);
+    NG_CUDA_CHECK_LAUNCH("takeOffsets");
+    std::size_t scanBytes = 0;
+    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, counts, start, slots + 1, run.stream),
+      "sizing the cell scan");
+    void* temp = scratch_.ensure(scanBytes, "scan scratch");
+    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scanBytes, counts, start, slots + 1, run.stream),
+      "scanning cell counts");
   }
 
   SlotCells slots_;
