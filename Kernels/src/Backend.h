@@ -193,17 +193,28 @@ inline double coordinateOf(const Points& p, std::int64_t i, int axis)
 /// Bounds in double and the non-finite check on the host, on `threads` threads.
 void findBoundsOnHost(const Points& points, int threads, double lo[3], double hi[3]);
 
-/// The volume over which `p`'s points are spread (their bulk: findBulkExtent, CoordinateBounds.h),
-/// each side at least `leastSide`: the denominator of a density estimate.
-inline double bulkVolume(const Problem& p, double leastSide)
+/// The volume of the box lo-hi, each side at least `leastSide`: the denominator of a density estimate.
+inline double boxVolume(const double lo[3], const double hi[3], double leastSide)
 {
   double volume = 1.0;
   for (int a = 0; a < 3; ++a)
   {
-    const double extent = p.boundsStretched ? p.bulkHi[a] - p.bulkLo[a] : p.hi[a] - p.lo[a];
-    volume *= extent > leastSide ? extent : leastSide;
+    volume *= hi[a] - lo[a] > leastSide ? hi[a] - lo[a] : leastSide;
   }
   return volume;
+}
+
+/// The volume of `p`'s bounds, each side at least `leastSide`.
+inline double boundsVolume(const Problem& p, double leastSide)
+{
+  return boxVolume(p.lo, p.hi, leastSide);
+}
+
+/// The volume over which `p`'s points are spread (their bulk: findBulkExtent, CoordinateBounds.h),
+/// each side at least `leastSide`.
+inline double bulkVolume(const Problem& p, double leastSide)
+{
+  return p.boundsStretched ? boxVolume(p.bulkLo, p.bulkHi, leastSide) : boundsVolume(p, leastSide);
 }
 
 /// Throws the error for a non-finite coordinate, naming the point and its coordinates.

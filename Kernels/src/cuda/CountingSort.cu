@@ -53,19 +53,10 @@ __global__ void __launch_bounds__(offsetsThreads) takeOffsetsAndScan(Slots slots
   {
     offsetInCell[i] = atomicAdd(counts + slots.insert(i), 1);
   }
-  __shared__ bool countedLast;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0)
-  {
-    countedLast = atomicAdd(doneBlocks, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!countedLast)
+  if (!finishedLastOfGrid(doneBlocks))
   {
     return;
   }
-  __threadfence();
   using Scan = cub::BlockScan<std::int32_t, offsetsThreads>;
   __shared__ typename Scan::TempStorage temp;
   std::int32_t carry = 0;

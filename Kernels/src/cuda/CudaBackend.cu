@@ -1135,15 +1135,15 @@ private:
   /// Auto's rules that read the bulk take sparse data only, and the bulk is never sparser than
   /// the bounds: where the bounds hold a point per cell of R or more, no sample is taken (256
   /// scattered reads of a large array: 40-75 us on the build machine, with the caches cold).
-  static bool autoReadsBulk(const Problem& p)
+  static bool autoReadsBulk(const Problem& p) { return pointsPerCellOfR(p, false) < 1.0; }
+
+  /// Points per cell of size R over the bounds, or over the bulk (Problem::bulkLo) where a few
+  /// far points stretch the bounds.
+  static double pointsPerCellOfR(const Problem& p, bool overBulk)
   {
     const double fine = cellSizeFor(p.radius, 1);
-    double volume = 1.0;
-    for (int a = 0; a < 3; ++a)
-    {
-      volume *= std::max(p.hi[a] - p.lo[a], fine);
-    }
-    return double(p.count) * fine * fine * fine < volume;
+    const double volume = overBulk ? bulkVolume(p, fine) : boundsVolume(p, fine);
+    return double(p.count) * fine * fine * fine / volume;
   }
 
   /// Auto's rule, fitted to Testing/Benchmarks/results-H100.csv (every row of FENNS Tables 1-3
@@ -1181,13 +1181,8 @@ private:
     // are about as fast as CLAWS's (H200, FENNS Tables 1 and 3, results-H200.csv: 0.056-0.073 ms
     // against 0.051-0.080 at 1,024 points, 0.083-0.100 against 0.084-0.102 at 65,536), but for
     // the sizes below.
-    double volume = 1.0;
-    for (int a = 0; a < 3; ++a)
-    {
-      volume *= std::max(p.hi[a] - p.lo[a], fine);
-    }
-    const double perCell = n * fine * fine * fine / volume;
-    const double bulkPerCell = n * fine * fine * fine / bulkVolume(p, fine);
+    const double perCell = pointsPerCellOfR(p, false);
+    const double bulkPerCell = pointsPerCellOfR(p, true);
     if (p.count >= 262144 && bulkPerCell > 2e-4 && bulkPerCell < 1.0)
     {
       return Method::CLAWS;

@@ -151,6 +151,26 @@ __device__ __forceinline__ bool isNeighbor(const PairTest& test, float& r2, int 
   return test.exact(i, j, r2);
 }
 
+/// The last-block pattern: true in the one block of the grid that finishes after all others, once
+/// every block's global writes before the call are visible to it (each fences, then counts itself
+/// done in doneBlocks, zero on entry). Call from every thread of every block.
+__device__ __forceinline__ bool finishedLastOfGrid(unsigned int* doneBlocks)
+{
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0)
+  {
+    last = atomicAdd(doneBlocks, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (last)
+  {
+    __threadfence();
+  }
+  return last;
+}
+
 /// Adds a thread's count of double decisions to the run's counter.
 __device__ __forceinline__ void addDecided(unsigned long long* counter, unsigned decided)
 {

@@ -286,7 +286,6 @@ struct SortTallies
   unsigned long long chunks = 0;        // the search's blocks: chunks of `chunk` points a cell
   int listed[2] = { 0, 0 };             // listOccupied: occupied cells and chunks listed
   unsigned int countedBlocks = 0;       // countAndScanSmallSort: blocks done counting
-  unsigned int unused = 0;
 };
 
 /// The points of slot c: counts[c], plus borders[c] where the counts are CLAWS's inner sections.
@@ -405,17 +404,8 @@ __global__ void __launch_bounds__(smallSortThreads) countAndScanSmallSort(InputP
   int* __restrict__ counts, SmallSortScan scan)
 {
   countBlockSections(input, n, frame, g, slotOf, slots, sections, useShared, counts);
-  __shared__ bool countedLast;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0)
+  if (finishedLastOfGrid(&scan.tallies->countedBlocks))
   {
-    countedLast = atomicAdd(&scan.tallies->countedBlocks, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (countedLast)
-  {
-    __threadfence();
     scanSmallSections(counts, slots, sections, scan);
   }
 }
