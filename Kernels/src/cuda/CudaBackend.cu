@@ -1198,6 +1198,19 @@ private:
     {
       return Method::CLAWS;
     }
+    // Clouds of up to 4,096 points: CLAWS below 5e-5 points per cell of R (the bulk's), Counting
+    // Sort above. Both sorts are one or two launches there, and the two methods trade places by
+    // density. CLAWS's time over Counting Sort's (H200, FENNS Tables 1 and 3 at 1,024 points,
+    // results-H200.csv and two rounds of a later call):
+    //  - 0.90-0.94 at 2.7e-6 and 1.1e-5 points per cell;
+    //  - 0.95-1.04 at 5.9e-7, 1.4e-6 and 2.2e-5;
+    //  - 1.06-1.11 at 9e-5 and 1.8e-4.
+    // This is a fit to those rows, not a model of either method. Clouds of 2,049-4,096 points lie
+    // between these and the rows of 8,192, where CLAWS won at every density below 1.
+    if (p.count <= 4096 && bulkPerCell < 5e-5 && !p.boundsStretched)
+    {
+      return Method::CLAWS;
+    }
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, coarse);
     const bool sparse = layout.mode == KeyMode::Wide || perCell < 0.2;
     // Dense data (at least 3 points per cell of size R, about 12 neighbors, from 1M points on):
