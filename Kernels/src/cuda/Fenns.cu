@@ -87,9 +87,21 @@ public:
     {
       coarse_.size = k * fine;
       coarse_.inverse = 1.0 / coarse_.size;
-      slots_.build(run, makeKeyLayout(p.lo, p.hi, coarse_.size), coarse_.size);
-      requireThirtyTwoBitSections(slots_.slots(), n);
-      countSections(run, n);
+      // The count inserts each point's cell into the table itself (SlotInsert: one launch and
+      // one read of the slots fewer), but where the cells are ranked (SlotCells::ranksCells).
+      const KeyLayout layout = makeKeyLayout(p.lo, p.hi, coarse_.size);
+      SlotInsert insert;
+      if (slots_.prepare(run, layout, coarse_.size, 2, insert))
+      {
+        requireThirtyTwoBitSections(slots_.slots(), n);
+        countSections(run, n, insert);
+      }
+      else
+      {
+        slots_.build(run, layout, coarse_.size);
+        requireThirtyTwoBitSections(slots_.slots(), n);
+        countSections(run, n, SlotsGiven{ slots_.slotOf() });
+      }
       // The rest of the sort is queued before the host waits for the population: the GPU sorts
       // while the host decides (the wait left it idle in every sort; on clouds of up to 65,536
       // points the sort is mostly such latencies). A rejected attempt costs one reorder.
@@ -191,7 +203,8 @@ private:
   /// case: few coarse cells). Then the points per occupied coarse cell as a point sees it, read
   /// back without a wait (populationOfCells waits): the sum over cells of their points squared.
   /// The counts of the attempt that is kept are the sort's: no second count.
-  void countSections(CudaRun& run, int n)
+  template <class Slots>
+  void countSections(CudaRun& run, int n, const Slots& cellOf)
   {
     const int slots = slots_.slots();
     const int sections = this->sections();
@@ -221,18 +234,18 @@ private:
       scan.occupied = occupiedCells();
       scan.items = chunkItems(n);
       allowDynamicSharedMemory(
-        countAndScanSmallSort, run.device->id, sharedBytes, "raising the coarse count's shared-memory limit");
-      const int blocks = countBlocks(run, n, countAndScanSmallSort, sharedBytes);
+        countAndScanSmallSort<Slots>, run.device->id, sharedBytes, "raising the coarse count's shared-memory limit");
+      const int blocks = countBlocks(run, n, countAndScanSmallSort<Slots>, sharedBytes);
       countAndScanSmallSort<<<blocks, smallSortThreads, sharedBytes, run.stream>>>(
-        run.input, n, coarse_, grid_, slots_.slotOf(), slots, flags_.clawsLayout, useShared, counts, scan);
+        run.input, n, coarse_, grid_, cellOf, slots, flags_.clawsLayout, useShared, counts, scan);
       NG_CUDA_CHECK_LAUNCH("coarse count and scan");
     }
     else
     {
-      allowDynamicSharedMemory(fennsCount, run.device->id, sharedBytes, "raising the coarse count's shared-memory limit");
-      const int blocks = countBlocks(run, n, fennsCount, sharedBytes);
+      allowDynamicSharedMemory(fennsCount<Slots>, run.device->id, sharedBytes, "raising the coarse count's shared-memory limit");
+      const int blocks = countBlocks(run, n, fennsCount<Slots>, sharedBytes);
       fennsCount<<<blocks, 1024, sharedBytes, run.stream>>>(
-        run.input, n, coarse_, grid_, slots_.slotOf(), slots, flags_.clawsLayout, useShared, counts);
+        run.input, n, coarse_, grid_, cellOf, slots, flags_.clawsLayout, useShared, counts);
       NG_CUDA_CHECK_LAUNCH("coarse count");
       sumOfSquares<<<std::min(blocksFor(slots), 32 * run.device->multiprocessors), 256, 0, run.stream>>>(
         counts, flags_.clawsLayout ? counts + slots : nullptr, slots, fennsChunk, tallies);

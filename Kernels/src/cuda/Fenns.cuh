@@ -58,9 +58,11 @@ struct CoarseFrame
 /// Counts per slot (FENNS) or per inner and border section (CLAWS: border counts at slots + slot),
 /// in shared memory when the counters fit (then added to global memory once per block, as in the
 /// paper), in global memory otherwise. Grid-stride loop; a block's counts are in global memory
-/// when it returns.
-__device__ void countBlockSections(InputPoints input, int n, CoarseFrame frame, FennsGrid g,
-  const std::int32_t* __restrict__ slotOf, int slots, bool sections, bool useShared, int* __restrict__ counts)
+/// when it returns. cellOf gives each point's slot: SlotInsert inserts the point's cell into the
+/// table here (SlotCells::prepare), SlotsGiven reads what SlotCells::build wrote.
+template <class Slots>
+__device__ void countBlockSections(InputPoints input, int n, CoarseFrame frame, FennsGrid g, const Slots& cellOf,
+  int slots, bool sections, bool useShared, int* __restrict__ counts)
 {
   extern __shared__ int sharedCounts[];
   const int counters = sections ? 2 * slots : slots;
@@ -75,7 +77,7 @@ __device__ void countBlockSections(InputPoints input, int n, CoarseFrame frame, 
   int* target = useShared ? sharedCounts : counts;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
   {
-    int counter = slotOf[i];
+    int counter = cellOf.insert(i);
     if (sections && inBorder(g, inputParticle(input, i, frame.size, frame.inverse)))
     {
       counter += slots;
@@ -95,10 +97,11 @@ __device__ void countBlockSections(InputPoints input, int n, CoarseFrame frame, 
   }
 }
 
-__global__ void fennsCount(InputPoints input, int n, CoarseFrame frame, FennsGrid g, const std::int32_t* __restrict__ slotOf,
-  int slots, bool sections, bool useShared, int* __restrict__ counts)
+template <class Slots>
+__global__ void fennsCount(InputPoints input, int n, CoarseFrame frame, FennsGrid g, Slots cellOf, int slots,
+  bool sections, bool useShared, int* __restrict__ counts)
 {
-  countBlockSections(input, n, frame, g, slotOf, slots, sections, useShared, counts);
+  countBlockSections(input, n, frame, g, cellOf, slots, sections, useShared, counts);
 }
 
 // --- Sort part 2 (Algorithm 2): border sections from the left, inner sections from the right ----
@@ -399,11 +402,11 @@ __device__ void scanSmallSections(int* __restrict__ counts, int slots, bool bord
 
 /// fennsCount, then scanSmallSections in the block that finishes counting last (every block's
 /// counts are in global memory by then: each fences before it is counted as done).
+template <class Slots>
 __global__ void __launch_bounds__(smallSortThreads) countAndScanSmallSort(InputPoints input, int n, CoarseFrame frame,
-  FennsGrid g, const std::int32_t* __restrict__ slotOf, int slots, bool sections, bool useShared,
-  int* __restrict__ counts, SmallSortScan scan)
+  FennsGrid g, Slots cellOf, int slots, bool sections, bool useShared, int* __restrict__ counts, SmallSortScan scan)
 {
-  countBlockSections(input, n, frame, g, slotOf, slots, sections, useShared, counts);
+  countBlockSections(input, n, frame, g, cellOf, slots, sections, useShared, counts);
   if (finishedLastOfGrid(&scan.tallies->countedBlocks))
   {
     scanSmallSections(counts, slots, sections, scan);
