@@ -169,6 +169,8 @@ public:
     table_ = slots_.table(start);
   }
   double cellSize() const override { return cellSize_; }
+  // scatterToCells and particlesInOrder write weights of one (inputParticle).
+  bool sortWeighsOne() const override { return true; }
   Particle* particles() override { return wide_ ? radix_.particleRegion() : particles_.get(); }
   const std::int32_t* orderToInput() const override { return wide_ ? radix_.orderToInput() : orderToInput_.get(); }
   QuerySource querySource() override { return cellQuerySource(table_, particles(), orderToInput(), 1); }

@@ -119,6 +119,8 @@ public:
   }
 
   double cellSize() const override { return coarse_.size; }
+  // Every reorder (fennsReorder, clawsReorder, tiledReorder) writes weights of one (inputParticle).
+  bool sortWeighsOne() const override { return true; }
   Particle* particles() override { return particles_.get(); }
   const std::int32_t* orderToInput() const override { return orderToInput_.get(); }
   /// Separate queries read the coarse cells through their slots (FENNS: one range per cell;
