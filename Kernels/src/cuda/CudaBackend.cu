@@ -1178,9 +1178,9 @@ private:
     // 256 R wide; 4M points, R = 0.8 and 1 in a box of 180, 0.37 and 0.72 per cell: CLAWS 1.65
     // and 1.80 ms, Radix Sort 1.86 and 1.91). The density is the bulk's (findBulkExtent): one
     // far point made sparse data of the bounds. Below 256K points Counting Sort's small sorts
-    // are about as fast as CLAWS's (H200, FENNS Tables 1 and 3, results-H200.csv: 0.056-0.073 ms
-    // against 0.051-0.080 at 1,024 points, 0.083-0.100 against 0.084-0.102 at 65,536), but for
-    // the sizes below.
+    // are about as fast as CLAWS's (H200, FENNS Tables 1 and 3, the sixth session's
+    // results-H200.csv: 0.056-0.073 ms against 0.051-0.080 at 1,024 points, 0.083-0.100 against
+    // 0.084-0.102 at 65,536), but for the sizes below.
     const double perCell = pointsPerCellOfR(p, false);
     const double bulkPerCell = pointsPerCellOfR(p, true);
     if (p.count >= 262144 && bulkPerCell > 2e-4 && bulkPerCell < 1.0)
