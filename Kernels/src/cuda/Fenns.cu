@@ -90,18 +90,10 @@ public:
       // The count inserts each point's cell into the table itself (SlotInsert: one launch and
       // one read of the slots fewer), but where the cells are ranked (SlotCells::ranksCells).
       const KeyLayout layout = makeKeyLayout(p.lo, p.hi, coarse_.size);
-      SlotInsert insert;
-      if (slots_.prepare(run, layout, coarse_.size, 2, insert))
-      {
+      slots_.buildWhile(run, layout, coarse_.size, 2, [&](const auto& slots) {
         requireThirtyTwoBitSections(slots_.slots(), n);
-        countSections(run, n, insert);
-      }
-      else
-      {
-        slots_.build(run, layout, coarse_.size);
-        requireThirtyTwoBitSections(slots_.slots(), n);
-        countSections(run, n, SlotsGiven{ slots_.slotOf() });
-      }
+        countSections(run, n, slots);
+      });
       // The rest of the sort is queued before the host waits for the population: the GPU sorts
       // while the host decides (the wait left it idle in every sort; on clouds of up to 65,536
       // points the sort is mostly such latencies). A rejected attempt costs one reorder.
@@ -235,6 +227,7 @@ private:
       scan.tallies = tallies;
       scan.occupied = occupiedCells();
       scan.items = chunkItems(n);
+      scan.hostTallies = mappedTallies();
       allowDynamicSharedMemory(
         countAndScanSmallSort<Slots>, run.device->id, sharedBytes, "raising the coarse count's shared-memory limit");
       const int blocks = countBlocks(run, n, countAndScanSmallSort<Slots>, sharedBytes);
@@ -253,10 +246,28 @@ private:
         counts, flags_.clawsLayout ? counts + slots : nullptr, slots, fennsChunk, tallies);
       NG_CUDA_CHECK_LAUNCH("sumOfSquares");
     }
-    auto* host = talliesHost_.ensure(2, "sum of squared cell counts and chunks (pinned host memory)");
-    NG_CUDA_CHECK(cudaMemcpyAsync(host, tallies, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, run.stream),
-      "reading the sum of squared cell counts and the chunks");
+    if (!scannedWithSquares_)
+    {
+      auto* host = talliesHost_.ensure(2, "sum of squared cell counts and chunks (pinned host memory)");
+      NG_CUDA_CHECK(cudaMemcpyAsync(host, tallies, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, run.stream),
+        "reading the sum of squared cell counts and the chunks");
+    }
     populationRead_.record(run.stream);
+  }
+
+  /// talliesHost_ as the device writes it: the small sort's last block stores the two tallies
+  /// there itself, one copy in the stream fewer (kernel writes to mapped pinned memory are
+  /// visible to the host once the event after the kernel has completed).
+  unsigned long long* mappedTallies()
+  {
+    unsigned long long* host = talliesHost_.ensure(2, "sum of squared cell counts and chunks (pinned host memory)");
+    if (host != mappedHost_)
+    {
+      NG_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mappedDevice_), host, 0),
+        "mapping the sort's tallies");
+      mappedHost_ = host;
+    }
+    return mappedDevice_;
   }
 
   /// The coarse count's blocks for n points: as many as are resident at once, at most one per
@@ -477,6 +488,8 @@ private:
   DeviceBuffer<int> occupied_;
   DeviceBuffer<int2> items_;
   PinnedBuffer<unsigned long long> talliesHost_; // SortTallies' squaredCounts and chunks, read back
+  unsigned long long* mappedHost_ = nullptr;      // talliesHost_ when mappedDevice_ was asked
+  unsigned long long* mappedDevice_ = nullptr;    // its device pointer (mappedTallies)
   StreamMark populationRead_; // the host waits here, not for the whole sort
   struct
   {

@@ -339,6 +339,9 @@ struct SmallSortScan
   SortTallies* tallies = nullptr;
   int* occupied = nullptr;
   int2* items = nullptr;
+  // The squared counts and the chunks also go to the host's pinned memory (device-mapped), so
+  // no copy back has to follow the kernel in the stream.
+  unsigned long long* hostTallies = nullptr;
 };
 
 /// One block of smallSortThreads. Counts are read past L1 (__ldcg): other blocks wrote them.
@@ -371,6 +374,8 @@ __device__ void scanSmallSections(int* __restrict__ counts, int slots, bool bord
   {
     scan.tallies->squaredCounts = squareSum;
     scan.tallies->chunks = chunkSum;
+    scan.hostTallies[0] = squareSum;
+    scan.hostTallies[1] = chunkSum;
   }
   __syncthreads();
   int carry = 0;
