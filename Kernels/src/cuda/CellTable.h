@@ -197,6 +197,20 @@ public:
   /// clears the table and fills `insert`; once the caller's kernel has run, slots(), slotOf() and
   /// table() are as after build(). False where build() ranks the cells (ranksCells): call it then.
   bool prepare(CudaRun& run, const KeyLayout& layout, double cellSize, int slotsPerCell, SlotInsert& insert);
+  /// The table for a caller whose kernel takes every point's slot as it counts: count(insert)
+  /// after prepare(), or count(SlotsGiven) after build() where the cells are ranked.
+  template <class Count>
+  void buildWhile(CudaRun& run, const KeyLayout& layout, double cellSize, int slotsPerCell, Count&& count)
+  {
+    SlotInsert insert;
+    if (prepare(run, layout, cellSize, slotsPerCell, insert))
+    {
+      count(insert);
+      return;
+    }
+    build(run, layout, cellSize, slotsPerCell);
+    count(SlotsGiven{ slotOf() });
+  }
   std::int32_t slots() const { return slots_; }
   const std::int32_t* slotOf() const { return slotOf_.get(); }
   /// The table, with the caller's start array over slots (slots() + 1 entries).

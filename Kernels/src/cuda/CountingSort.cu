@@ -150,16 +150,8 @@ public:
     }
     // The table's slots come from the offsets kernel itself (SlotInsert: one launch and one read
     // of the slots fewer), or from ranked cells where the table would be too large.
-    SlotInsert insert;
-    if (slots_.prepare(run, layout, cellSize_, countingSortSlotsPerCell(n), insert))
-    {
-      countAndScan(run, insert);
-    }
-    else
-    {
-      slots_.build(run, layout, cellSize_, countingSortSlotsPerCell(n));
-      countAndScan(run, SlotsGiven{ slots_.slotOf() });
-    }
+    slots_.buildWhile(
+      run, layout, cellSize_, countingSortSlotsPerCell(n), [&](const auto& slots) { countAndScan(run, slots); });
     const std::int32_t* start = start_.get();
     Particle* particles = particles_.ensure(std::size_t(n), "particles (cell order)");
     std::int32_t* orderToInput = orderToInput_.ensure(std::size_t(n), "cell order to input order");

@@ -1228,12 +1228,7 @@ private:
       return reach == "1" ? 1 : 2;
     }
     const double size = cellSizeFor(p.radius, 1);
-    double volume = 1.0;
-    for (int a = 0; a < 3; ++a)
-    {
-      volume *= std::max(p.hi[a] - p.lo[a], size);
-    }
-    const double perCellOfR = double(p.count) * size * size * size / volume;
+    const double perCellOfR = double(p.count) * size * size * size / boundsVolume(p, size);
     return perCellOfR >= densePointsPerCellOfR ? 2 : 1;
   }
 
