@@ -143,6 +143,18 @@ std::vector<Scenario> scenarios(const std::string& table)
       rows.push_back(small);
     }
   }
+  if (table == "small")
+  {
+    // Small clouds from sparse to dense, R = 1 (not in the papers' tables, whose small clouds
+    // are all sparse): where Auto's rule for clouds of up to 16,384 points stops taking CLAWS.
+    for (std::int64_t n : { 1024, 4096, 8192, 16384 })
+    {
+      for (double perCellOfR : { 1e-3, 1e-2, 0.1, 0.3, 0.5, 1.0, 3.0 })
+      {
+        rows.push_back({ "small", n, std::cbrt(double(n) / perCellOfR), 1.0, Operation::Density });
+      }
+    }
+  }
   if (table == "scale" || table == "billion")
   {
     // About 80 neighbors per point at every size: box side 90 (N / 4M)^(1/3), R = 1.5.
@@ -1375,7 +1387,7 @@ int main(int argc, char** argv)
     else
     {
       std::fprintf(stderr,
-        "usage: %s [--table=headline|issue|operations|exactness|outlier|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|cpu|all|smoke]\n"
+        "usage: %s [--table=headline|issue|operations|exactness|outlier|small|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|cpu|all|smoke]\n"
         "          [--runs=N] [--csv=FILE] [--only-n=N] [--volume=N] [--periodic] [--operations=N]\n"
         "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]] [--radii=N] [--radii-slabs=N]\n"
         "          [--smoothing-length=N [--memory-limit=BYTES]]\n"

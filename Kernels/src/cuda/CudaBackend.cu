@@ -1187,31 +1187,19 @@ private:
     {
       return Method::CLAWS;
     }
-    // Sparse clouds of 4,097 to 16,384 points: CLAWS. Counting Sort's table of 8 slots a cell
-    // there outgrows the scan in its offsets kernel's last block, and CUB's scan costs it three
-    // host calls; CLAWS's small sort is one launch (H200, FENNS Tables 1 and 3 at 8,192 points,
-    // sixth session: CLAWS 0.068-0.086 ms, Counting Sort 0.079-0.092). Since both insert their
-    // cells in their count (seventh session, results-H200.csv) the two trade places there:
-    // CLAWS 0.91-0.92x Counting Sort with R of 0.2-0.3, 1.00-1.14x from R = 0.5 (RESULTS.md,
-    // "cells inserted by the count"). Over the bulk of the points, so one far point does not
-    // make a dense cloud look sparse; and not with such a point at all, whose keys are too wide
-    // for CLAWS's table (outlier-8K: CLAWS 0.079-0.115 ms, Counting Sort 0.063-0.091; RESULTS.md,
-    // "the bulk of the points").
-    if (p.count > 4096 && p.count <= 16384 && bulkPerCell < 1.0 && !p.boundsStretched)
-    {
-      return Method::CLAWS;
-    }
-    // Clouds of up to 4,096 points: CLAWS below 5e-5 points per cell of R (the bulk's), Counting
-    // Sort above. Both sorts are one or two launches there, and the two methods trade places by
-    // density. CLAWS's time over Counting Sort's (H200, FENNS Tables 1 and 3 at 1,024 points;
-    // the sixth session's results and two rounds of the seventh's first call):
-    //  - 0.90-0.94 at 2.7e-6 and 1.1e-5 points per cell;
-    //  - 0.95-1.04 at 5.9e-7, 1.4e-6 and 2.2e-5;
-    //  - 1.06-1.11 at 9e-5 and 1.8e-4.
-    // This is a fit to those rows, not a model of either method. With FENNS and CLAWS inserting
-    // their cells in the count, CLAWS was 0.77-0.98x on all eight rows in the final run
-    // (results-H200.csv), and Auto within 1.04x of the fastest there.
-    if (p.count <= 4096 && bulkPerCell < 5e-5 && !p.boundsStretched)
+    // Small sparse clouds: CLAWS. Its small sort is one launch, whose last block scans and
+    // writes the tallies the host reads into mapped pinned memory; Counting Sort's is two to four
+    // launches, but its search gains on CLAWS's as the cloud grows denser or larger. CLAWS's time
+    // over Counting Sort's (H200, 2026-11-28, eighth session; RESULTS.md, "Auto: CLAWS on small
+    // sparse clouds"; densities over the bulk of the points):
+    //  - FENNS Tables 1 and 3, three runs: 1,024 points 0.71-0.95 and 8,192 points 0.75-1.02,
+    //    at 6e-7 to 1.4e-3 points per cell of R;
+    //  - the small table, two runs: 1,024 and 4,096 points 0.84-0.95 up to 0.1 per cell, 1.00-1.06
+    //    at 0.5, 1.15-1.44 from 1; 16,384 points 1.04-1.07 at 1e-3 and 1e-2, 1.2-1.7 above.
+    // Not with a far point (p.boundsStretched), whose keys are too wide for CLAWS's table
+    // (outlier-8K: CLAWS 1.31-1.34x Counting Sort).
+    const bool smallSparse = (p.count <= 4096 && bulkPerCell < 0.3) || (p.count <= 8192 && bulkPerCell < 2e-3);
+    if (smallSparse && !p.boundsStretched)
     {
       return Method::CLAWS;
     }
