@@ -1194,8 +1194,10 @@ private:
     // sparse clouds"; densities over the bulk of the points):
     //  - FENNS Tables 1 and 3, three runs: 1,024 points 0.71-0.95 and 8,192 points 0.75-1.02,
     //    at 6e-7 to 1.4e-3 points per cell of R;
-    //  - the small table, two runs: 1,024 and 4,096 points 0.84-0.95 up to 0.1 per cell, 1.00-1.06
-    //    at 0.5, 1.15-1.44 from 1; 16,384 points 1.04-1.07 at 1e-3 and 1e-2, 1.2-1.7 above.
+    //  - the small table, four runs: 1,024 and 4,096 points 0.84-0.95 up to 0.1 per cell,
+    //    0.96-1.09 at 0.3 and 0.5, 1.15-1.46 from 1; 8,192 points 0.93-0.94 at 1e-3, 0.95-1.03
+    //    at 1e-2 and 0.1, 1.11-1.14 at 0.3 and 0.5; 16,384 points 1.03-1.09 at 1e-3 and 1e-2,
+    //    1.2-1.7 above.
     // Not with a far point (p.boundsStretched), whose keys are too wide for CLAWS's table
     // (outlier-8K: CLAWS 1.31-1.34x Counting Sort).
     const bool smallSparse = (p.count <= 4096 && bulkPerCell < 0.3) || (p.count <= 8192 && bulkPerCell < 2e-3);
