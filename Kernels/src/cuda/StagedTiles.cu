@@ -211,6 +211,18 @@ constexpr bool pairReadsNoMemory()
   return std::is_same<Op, CountOperation>::value || std::is_same<Op, DensityOperation>::value;
 }
 
+/// Operations whose every term is continuous in r and zero at R (density and smoothing: each of
+/// DESIGN.md's kernels vanishes at its cutoff). A pair within rounding of R adds at most
+/// w(q) with 2 - q (or its cutoff factor - q) below 1e-6, under 3e-19 for the cubic spline, far
+/// below the float rounding of a sum that holds the point's own w(0) >= 1: deciding such a pair
+/// in double cannot change the result, so the loops add its float terms (band-free, below).
+/// Neighbor Count's term is 1 up to R and 0 beyond, so its pairs near R are decided in double.
+template <class Op>
+constexpr bool termsVanishAtRadius()
+{
+  return !std::is_same<Op, CountOperation>::value;
+}
+
 /// The last k in [0, count) with start[k] <= value (start ascending, start[0] <= value).
 __device__ __forceinline__ int lastAtMost(const int* start, int count, int value)
 {
@@ -302,15 +314,17 @@ struct StagedRegion
 };
 
 /// One candidate of a loop's float pass: a neighbor's terms added to partial (count and density
-/// evaluate them without branching: their terms read no memory). True when the pair lies within
-/// rounding of R and is left to isNeighborInDouble.
-template <class Op>
+/// evaluate them without branching: their terms read no memory). Banded: true when the pair lies
+/// within rounding of R and is left to isNeighborInDouble. Band-free (termsVanishAtRadius, and no
+/// NaN frame coordinate in the region): every pair below the band's top adds its float terms,
+/// and nothing is left to decide.
+template <bool Banded, class Op>
 __device__ __forceinline__ bool addFloatPair(const TileSearch& g, const Op& op, const StagedRegion& r, const Particle& pi,
   int q, typename Op::Value (&partial)[Op::Terms])
 {
   const Particle pj = r.points[q];
   const float r2 = fusedSquaredDistance(pi, pj);
-  const bool neighbor = r2 < g.test.accept;
+  const bool neighbor = r2 < (Banded ? g.test.accept : g.test.reject);
   typename Op::Value terms[Op::Terms];
   if constexpr (pairReadsNoMemory<Op>())
   {
@@ -331,7 +345,7 @@ __device__ __forceinline__ bool addFloatPair(const TileSearch& g, const Op& op, 
       partial[a] += terms[a];
     }
   }
-  return !neighbor && !(r2 > g.test.reject);
+  return Banded && !neighbor && !(r2 > g.test.reject);
 }
 
 /// A pair of own point si (pi) and staged point q that the float pass left in the band, decided in
@@ -473,8 +487,8 @@ __device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRe
 }
 
 /// Point si (pi): the candidates in the rows of its column (listPointRows, `steps` steps), its
-/// sums and its result.
-template <class Op>
+/// sums and its result; Banded as addFloatPair.
+template <bool Banded, class Op>
 __device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op, const StagedRegion& r,
   const std::uint32_t* column, int steps, const Particle& pi, int si, unsigned long long* decided)
 {
@@ -527,38 +541,41 @@ __device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op
   // only a point with two or more sweeps its rows again.
   int bandPairs = 0, bandAt = 0;
   sweep([&](int q) {
-    if (addFloatPair(g, op, r, pi, q, partial))
+    if (addFloatPair<Banded>(g, op, r, pi, q, partial))
     {
       ++bandPairs;
       bandAt = q;
     }
   });
-  // The pairs within rounding of R, decided in double from the input coordinates (PairTest.h).
-  // The sentinel lies in the band only for a point with a NaN coordinate, and is no one's neighbor.
-  auto decideInDouble = [&](int q) {
-    Value terms[Op::Terms];
-    if (q != r.sentinel && isNeighborInDouble(g, op, r, pi, si, q, decidedHere, terms))
-    {
-      for (int a = 0; a < Op::Terms; ++a)
+  if constexpr (Banded)
+  {
+    // The pairs within rounding of R, decided in double from the input coordinates (PairTest.h).
+    // The sentinel lies in the band only for a point with a NaN coordinate, and is no one's neighbor.
+    auto decideInDouble = [&](int q) {
+      Value terms[Op::Terms];
+      if (q != r.sentinel && isNeighborInDouble(g, op, r, pi, si, q, decidedHere, terms))
       {
-        partial[a] += terms[a];
+        for (int a = 0; a < Op::Terms; ++a)
+        {
+          partial[a] += terms[a];
+        }
       }
+    };
+    if (bandPairs == 1)
+    {
+      decideInDouble(bandAt);
     }
-  };
-  if (bandPairs == 1)
-  {
-    decideInDouble(bandAt);
-  }
-  else if (bandPairs > 1)
-  {
-    sweep(decideInDouble);
+    else if (bandPairs > 1)
+    {
+      sweep(decideInDouble);
+    }
   }
   acc.addTerms(partial);
   acc.finish(op, si, g.orderToInput[si]);
   addDecided(decided, decidedHere);
 }
 
-template <class Op>
+template <bool Banded, class Op>
 __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedRegion& r, std::uint32_t* rows,
   int chunkBegin, int chunkEnd, unsigned long long* decided)
 {
@@ -569,7 +586,7 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
     const int si = r.cellFirst[k] + offset;
     const Particle pi = r.points[r.cellStart[k] + offset];
     const int steps = listPointRows<candidatesPerStep<Op>()>(g, r, pi, x, y, z, rows);
-    sweepPointRows(g, op, r, rows + threadIdx.x, steps, pi, si, decided);
+    sweepPointRows<Banded>(g, op, r, rows + threadIdx.x, steps, pi, si, decided);
   }
 }
 
@@ -732,7 +749,7 @@ __device__ ClusterRows listClusterRows(const TileSearch& g, const StagedRegion& 
 
 /// Sums of a cluster's lane: the pair loop over a list of survivors, with the rare pairs within
 /// rounding of R decided in double afterwards (PairTest.h).
-template <class Op>
+template <bool Banded, class Op>
 __device__ void addClusterPairs(const TileSearch& g, const Op& op, const StagedRegion& r, const std::uint16_t* survivors,
   int count, const Particle& pi, bool iValid, int si, RegisterSums<Op>& acc, unsigned& decidedHere)
 {
@@ -750,7 +767,7 @@ __device__ void addClusterPairs(const TileSearch& g, const Op& op, const StagedR
     const int end = min(count, chunk + 16 * candidateLanes);
     for (int s = chunk + jLane; s < end; s += candidateLanes)
     {
-      if (addFloatPair(g, op, r, pi, survivors[s], partial))
+      if (addFloatPair<Banded>(g, op, r, pi, survivors[s], partial))
       {
         ++bandPairs;
         bandAt = s;
@@ -762,31 +779,34 @@ __device__ void addClusterPairs(const TileSearch& g, const Op& op, const StagedR
       partial[a] = 0;
     }
   }
-  // The pairs within rounding of R, decided in double from the input coordinates (PairTest.h):
-  // a lane with one decides it alone; only a lane with two or more walks its list again.
-  auto decideInDouble = [&](int s) {
-    Value terms[Op::Terms];
-    if (iValid && survivors[s] != r.sentinel && isNeighborInDouble(g, op, r, pi, si, survivors[s], decidedHere, terms))
+  if constexpr (Banded)
+  {
+    // The pairs within rounding of R, decided in double from the input coordinates (PairTest.h):
+    // a lane with one decides it alone; only a lane with two or more walks its list again.
+    auto decideInDouble = [&](int s) {
+      Value terms[Op::Terms];
+      if (iValid && survivors[s] != r.sentinel && isNeighborInDouble(g, op, r, pi, si, survivors[s], decidedHere, terms))
+      {
+        acc.addTerms(terms);
+      }
+    };
+    if (bandPairs == 1)
     {
-      acc.addTerms(terms);
+      decideInDouble(bandAt);
     }
-  };
-  if (bandPairs == 1)
-  {
-    decideInDouble(bandAt);
-  }
-  else if (bandPairs > 1)
-  {
-    for (int s = jLane; s < count; s += candidateLanes)
+    else if (bandPairs > 1)
     {
-      decideInDouble(s);
+      for (int s = jLane; s < count; s += candidateLanes)
+      {
+        decideInDouble(s);
+      }
     }
   }
 }
 
 /// The survivors list padded to whole steps with the sentinel (it is never a neighbor), its
 /// pairs added, and the list emptied.
-template <class Op>
+template <bool Banded, class Op>
 __device__ __forceinline__ void flushSurvivors(const TileSearch& g, const Op& op, const StagedRegion& r, ClusterLists& lists,
   int& count, const Particle& pi, bool iValid, int si, RegisterSums<Op>& acc, unsigned& decidedHere)
 {
@@ -797,13 +817,13 @@ __device__ __forceinline__ void flushSurvivors(const TileSearch& g, const Op& op
     lists.survivors[count + lane] = std::uint16_t(r.sentinel);
   }
   __syncwarp();
-  addClusterPairs(g, op, r, lists.survivors, padded, pi, iValid, si, acc, decidedHere);
+  addClusterPairs<Banded>(g, op, r, lists.survivors, padded, pi, iValid, si, acc, decidedHere);
   __syncwarp();
   count = 0;
 }
 
 /// The chunk's own points in clusters of four, a warp per cluster.
-template <class Op>
+template <bool Banded, class Op>
 __device__ void searchClusterPairs(const TileSearch& g, const Op& op, const StagedRegion& r, ClusterLists* allLists,
   int chunkBegin, int chunkEnd, unsigned long long* decided)
 {
@@ -860,12 +880,12 @@ __device__ void searchClusterPairs(const TileSearch& g, const Op& op, const Stag
       kept += __popc(keptLanes);
       if (kept > survivorCapacity - 32)
       {
-        flushSurvivors(g, op, r, lists, kept, pi, iValid, si, acc, decidedHere);
+        flushSurvivors<Banded>(g, op, r, lists, kept, pi, iValid, si, acc, decidedHere);
       }
     }
     if (kept > 0)
     {
-      flushSurvivors(g, op, r, lists, kept, pi, iValid, si, acc, decidedHere);
+      flushSurvivors<Banded>(g, op, r, lists, kept, pi, iValid, si, acc, decidedHere);
     }
 
     // Each point's sums from its eight lanes.
@@ -891,7 +911,9 @@ __device__ void searchClusterPairs(const TileSearch& g, const Op& op, const Stag
   addDecided(decided, decidedHere);
 }
 
-template <class Op>
+/// Banded as addFloatPair: false only where the operation's terms vanish at R and no point lies in
+/// a huge cell (StagedTiles::banded).
+template <class Op, bool Banded>
 __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, Op op, unsigned long long* decided)
 {
   extern __shared__ float4 stagedMemory[];
@@ -1050,11 +1072,11 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   }
   else if (g.clusterPairs)
   {
-    searchClusterPairs(g, op, region, static_cast<ClusterLists*>(scratch), chunkBegin, chunkEnd, decided);
+    searchClusterPairs<Banded>(g, op, region, static_cast<ClusterLists*>(scratch), chunkBegin, chunkEnd, decided);
   }
   else
   {
-    searchPointRows(g, op, region, static_cast<std::uint32_t*>(scratch), chunkBegin, chunkEnd, decided);
+    searchPointRows<Banded>(g, op, region, static_cast<std::uint32_t*>(scratch), chunkBegin, chunkEnd, decided);
   }
 }
 
@@ -1092,6 +1114,7 @@ public:
     const int n = static_cast<int>(run.count);
     reach_ = reachFor(p);
     cellSize_ = cellSizeFor(p.radius, reach_);
+    hugeCells_ = reachesHugeCells(p, cellSize_);
     cells_.build(run, makeKeyLayout(p.lo, p.hi, cellSize_), cellSize_, true);
     particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(
       run.input, cells_.orderToInput(), n, cellSize_, 1.0 / cellSize_, cells_.particleRegion());
@@ -1232,6 +1255,21 @@ private:
     return perCellOfR >= densePointsPerCellOfR ? 2 : 1;
   }
 
+  /// Whether a point may lie in a huge cell (CellGrid.h), whose frame coordinates are NaN: every
+  /// pair there is decided in double, so the search keeps its band for every operation. Cell
+  /// coordinates grow with x, so the bounds' cells tell.
+  static bool reachesHugeCells(const Problem& p, double size)
+  {
+    for (int a = 0; a < 3; ++a)
+    {
+      if (isHugeCell(cellCoordinate(p.lo[a], size)) || isHugeCell(cellCoordinate(p.hi[a], size)))
+      {
+        return true;
+      }
+    }
+    return false;
+  }
+
   /// Cluster pairs for operations of three or more terms (smoothing of two or more components),
   /// one thread per point for the rest: the faster of the two on the 4M row on the H100
   /// (RESULTS.md, issue 22). NEIGHBORGRID_TILES_LOOP=points|clusters (a benchmarking knob) takes
@@ -1268,8 +1306,22 @@ private:
     search.clusterPairs = usesClusterPairs<Op>();
     const std::size_t bytes =
       std::size_t(capacity_ + 1) * stagedPointBytesFor<Op>() + (search.clusterPairs ? clusterListBytes : rowListBytes);
-    allowDynamicSharedMemory(stagedTilesSearch<Op>, run.device->id, bytes, "allowing the staged tiles' shared memory");
-    stagedTilesSearch<<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
+    if constexpr (termsVanishAtRadius<Op>())
+    {
+      if (!hugeCells_)
+      {
+        launchSearch<Op, false>(run, search, op, bytes);
+        return;
+      }
+    }
+    launchSearch<Op, true>(run, search, op, bytes);
+  }
+  template <class Op, bool Banded>
+  void launchSearch(CudaRun& run, const TileSearch& search, const Op& op, std::size_t bytes)
+  {
+    allowDynamicSharedMemory(
+      stagedTilesSearch<Op, Banded>, run.device->id, bytes, "allowing the staged tiles' shared memory");
+    stagedTilesSearch<Op, Banded><<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
   }
 
   RadixCells cells_;
@@ -1285,6 +1337,7 @@ private:
   double cellSize_ = 1.0;
   int reach_ = maxReach;
   bool byPoint_ = false;
+  bool hugeCells_ = false;
   int side_ = maxTileSide;
   int capacity_ = 0;
   int tiles_ = 0;
