@@ -50,6 +50,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 namespace neighborgrid
@@ -74,7 +75,8 @@ struct TileSearch
   const Particle* particles = nullptr;   // fine-cell order, frame coordinates of their own cell
   const std::int32_t* orderToInput = nullptr;
   const std::int32_t* leaders = nullptr; // per tile: its first occupied fine cell
-  const int2* items = nullptr;           // per block: (tile, chunk of the tile's own points)
+  const int2* items = nullptr;           // work items: (tile, chunk of the tile's own points)
+  const int* itemCount = nullptr;        // how many (device memory)
   int side = maxTileSide;                // fine cells per tile and axis: 1, 2 or 4
   int reach = maxReach;                  // cells of R / reach: neighbors lie within `reach` cells
   int capacity = 0;                      // staged points that fit the block's shared memory
@@ -175,16 +177,9 @@ __device__ int ownPointsOfTile(const TileSearch& g, const double anchor[3], int 
   return own;
 }
 
-/// One warp per tile: the tile's work items (tile, chunk), placed by an atomic counter (the
-/// items' order does not change any result: each point is summed by one thread).
-__global__ void listTileChunks(TileSearch g, int tiles, int2* __restrict__ items, int* __restrict__ itemCount)
+/// Tile `tile`'s work items, by one warp.
+__device__ void listChunksOfTile(const TileSearch& g, int tile, int lane, int2* __restrict__ items, int* __restrict__ itemCount)
 {
-  const int tile = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (tile >= tiles)
-  {
-    return;
-  }
   double leader[3], anchor[3];
   int place[3];
   g.fine.coordinates(g.leaders[tile], leader);
@@ -201,6 +196,19 @@ __global__ void listTileChunks(TileSearch g, int tiles, int2* __restrict__ items
   for (int c = lane; c < chunks; c += 32)
   {
     items[first + c] = make_int2(tile, c);
+  }
+}
+
+/// One warp per tile, striding over the `*tiles` tiles: the tile's work items (tile, chunk),
+/// placed by an atomic counter (the items' order does not change any result: each point is
+/// summed by one thread).
+__global__ void listTileChunks(TileSearch g, const int* __restrict__ tiles, int2* __restrict__ items, int* __restrict__ itemCount)
+{
+  const int warps = gridDim.x * blockDim.x / 32;
+  const int lane = threadIdx.x % 32;
+  for (int tile = (blockIdx.x * blockDim.x + threadIdx.x) / 32; tile < *tiles; tile += warps)
+  {
+    listChunksOfTile(g, tile, lane, items, itemCount);
   }
 }
 
@@ -328,10 +336,12 @@ __device__ __forceinline__ bool addFloatPair(const TileSearch& g, const Op& op, 
   typename Op::Value terms[Op::Terms];
   if constexpr (pairReadsNoMemory<Op>())
   {
+    // Band-free density needs no test at all: beyond R the kernel is exactly zero (q beyond the
+    // cutoff factor, or infinite for the sentinel), and no frame coordinate is NaN.
     op.pair(terms, 0, pj, r2);
     for (int a = 0; a < Op::Terms; ++a)
     {
-      if (neighbor)
+      if (neighbor || !Banded)
       {
         partial[a] += terms[a];
       }
@@ -911,52 +921,27 @@ __device__ void searchClusterPairs(const TileSearch& g, const Op& op, const Stag
   addDecided(decided, decidedHere);
 }
 
-/// Banded as addFloatPair: false only where the operation's terms vanish at R and no point lies in
-/// a huge cell (StagedTiles::banded).
-template <class Op, bool Banded>
-__global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, Op op, unsigned long long* decided)
+/// The block's shared memory besides the staged points.
+struct StagedCells
 {
-  extern __shared__ float4 stagedMemory[];
-  Particle* stagedPoints = reinterpret_cast<Particle*>(stagedMemory);
-  // Count and density stage no indices (16 bytes a point); the rare pairs decided in double
-  // find a staged point's index from its cell.
-  constexpr bool stagesIndex = !pairReadsNoMemory<Op>();
-  std::int32_t* stagedIndex = reinterpret_cast<std::int32_t*>(stagedPoints + g.capacity + 1);
-  // After the staged points: the threads' row lists or the warps' cluster lists (g.clusterPairs).
-  void* scratch = stagedIndex + (stagesIndex ? g.capacity + 1 : 0);
-  __shared__ int cellFirst[maxStagedCells];     // where each staged cell's points start in global order
-  __shared__ int cellStart[maxStagedCells + 1]; // ... and in the staged order
-  __shared__ int ownStart[maxOwnCells + 1];     // the tile's own points, by own cell (Morton order)
-  using BlockScan = cub::BlockScan<int, tileThreads>;
-  __shared__ typename BlockScan::TempStorage scanStorage;
+  int cellFirst[maxStagedCells];     // where each staged cell's points start in global order
+  int cellStart[maxStagedCells + 1]; // ... and in the staged order
+  int ownStart[maxOwnCells + 1];     // the tile's own points, by own cell (Morton order)
+};
+using TileScan = cub::BlockScan<int, tileThreads>;
 
-  StagedRegion region;
-  region.side = g.side;
-  region.reach = g.reach;
-  region.S = g.side + 2 * g.reach;
-  region.stagedCells = region.S * region.S * region.S;
-  region.ownCells = g.side * g.side * g.side;
-  region.cellFirst = cellFirst;
-  region.cellStart = cellStart;
-  region.ownStart = ownStart;
-  region.points = stagedPoints;
-  region.index = stagesIndex ? stagedIndex : nullptr;
-  region.sentinel = g.capacity;
-  const int S = region.S, stagedCells = region.stagedCells, ownCells = region.ownCells, reach = g.reach;
-
-  const int2 item = g.items[blockIdx.x];
-  double leader[3], anchor[3];
-  int place[3];
-  g.fine.coordinates(g.leaders[item.x], leader);
-  tileOf(leader, g.side, anchor, place);
-
-  // Each staged cell's range in global memory; a block scan places them in shared memory.
+/// Each staged cell's range in global memory (hash lookups) and in shared memory (a block scan);
+/// returns the staged points' total.
+__device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, const double anchor[3], StagedCells& cells,
+  TileScan::TempStorage& scanStorage)
+{
+  const int S = r.S, reach = r.reach;
   int counts[2], offsets[2];
   for (int e = 0; e < 2; ++e)
   {
     const int k = 2 * threadIdx.x + e;
     int first = 0, count = 0;
-    if (k < stagedCells)
+    if (k < r.stagedCells)
     {
       double cell[3];
       if (offsetCell(anchor, k % S - reach, (k / S) % S - reach, k / (S * S) - reach, cell))
@@ -968,102 +953,156 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
           count = g.fine.start[m + 1] - first;
         }
       }
-      cellFirst[k] = first;
+      cells.cellFirst[k] = first;
     }
     counts[e] = count;
   }
   int stagedTotal = 0;
-  BlockScan(scanStorage).ExclusiveSum(counts, offsets, stagedTotal);
+  TileScan(scanStorage).ExclusiveSum(counts, offsets, stagedTotal);
   for (int e = 0; e < 2; ++e)
   {
     const int k = 2 * threadIdx.x + e;
-    if (k < stagedCells)
+    if (k < r.stagedCells)
     {
-      cellStart[k] = offsets[e];
+      cells.cellStart[k] = offsets[e];
     }
   }
   if (threadIdx.x == 0)
   {
-    cellStart[stagedCells] = stagedTotal;
+    cells.cellStart[r.stagedCells] = stagedTotal;
   }
   __syncthreads();
+  return stagedTotal;
+}
 
-  // The tile's own cells (at most 64) in Morton order: one warp scans their counts.
-  if (threadIdx.x < 32)
+/// The tile's own cells (at most 64) in Morton order: one warp scans their counts into ownStart.
+__device__ void placeOwnCells(const StagedRegion& r, StagedCells& cells)
+{
+  if (threadIdx.x >= 32)
   {
-    int own[2] = { 0, 0 };
-    for (int e = 0; e < 2; ++e)
+    return;
+  }
+  int own[2] = { 0, 0 };
+  for (int e = 0; e < 2; ++e)
+  {
+    const int m = 2 * threadIdx.x + e;
+    if (m < r.ownCells)
     {
-      const int m = 2 * threadIdx.x + e;
-      if (m < ownCells)
-      {
-        int x, y, z;
-        ownCellPlace(m, x, y, z);
-        const int k = (x + reach) + S * ((y + reach) + S * (z + reach));
-        own[e] = cellStart[k + 1] - cellStart[k];
-      }
-    }
-    int total = 0;
-    const int exclusive = warpExclusiveSum(own[0] + own[1], threadIdx.x, total);
-    if (2 * threadIdx.x < ownCells)
-    {
-      ownStart[2 * threadIdx.x] = exclusive;
-    }
-    if (2 * threadIdx.x + 1 < ownCells)
-    {
-      ownStart[2 * threadIdx.x + 1] = exclusive + own[0];
-    }
-    if (threadIdx.x == 0)
-    {
-      ownStart[ownCells] = total;
+      int x, y, z;
+      ownCellPlace(m, x, y, z);
+      const int k = (x + r.reach) + r.S * ((y + r.reach) + r.S * (z + r.reach));
+      own[e] = cells.cellStart[k + 1] - cells.cellStart[k];
     }
   }
+  int total = 0;
+  const int exclusive = warpExclusiveSum(own[0] + own[1], threadIdx.x, total);
+  if (2 * threadIdx.x < r.ownCells)
+  {
+    cells.ownStart[2 * threadIdx.x] = exclusive;
+  }
+  if (2 * threadIdx.x + 1 < r.ownCells)
+  {
+    cells.ownStart[2 * threadIdx.x + 1] = exclusive + own[0];
+  }
+  if (threadIdx.x == 0)
+  {
+    cells.ownStart[r.ownCells] = total;
+  }
+}
 
-  // Stage the region's points in the block's frame (and their global index where the operation
-  // reads arrays), and the sentinel: a point at infinity that pads the pair loop to whole steps.
+/// The region's points in the block's frame (and their global index where the operation reads
+/// arrays), and the sentinel: a point at infinity that pads the pair loop to whole steps. Each
+/// thread stages a run of consecutive positions: the first one's cell by a binary search, then
+/// the cells in turn with their place (x, y, z) in the region. A search and three divisions by S
+/// per point took an eighth of the 4M count search's instructions.
+__device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stagedTotal, Particle* stagedPoints,
+  std::int32_t* stagedIndex)
+{
+  const int S = r.S;
+  const int run = (stagedTotal + tileThreads - 1) / tileThreads;
+  const int runBegin = min(stagedTotal, int(threadIdx.x) * run), runEnd = min(stagedTotal, runBegin + run);
+  if (runBegin < runEnd)
+  {
+    int k = lastAtMost(r.cellStart, r.stagedCells, runBegin);
+    int x = k % S, y = (k / S) % S, z = k / (S * S);
+    for (int q = runBegin; q < runEnd; ++q)
+    {
+      while (r.cellStart[k + 1] <= q)
+      {
+        ++k;
+        if (++x == S)
+        {
+          x = 0;
+          if (++y == S)
+          {
+            y = 0;
+            ++z;
+          }
+        }
+      }
+      const int source = r.cellFirst[k] + (q - r.cellStart[k]);
+      stagedPoints[q] = staged(g.particles[source], x, y, z);
+      if (stagedIndex)
+      {
+        stagedIndex[q] = source;
+      }
+    }
+  }
+  if (threadIdx.x == 0)
+  {
+    stagedPoints[g.capacity] = Particle{ HUGE_VALF, HUGE_VALF, HUGE_VALF, 0.0f };
+  }
+}
+
+/// One block per work item (a tile and a chunk of its own points); blocks beyond the item count
+/// (on the device) return at once. Banded as addFloatPair: false only where the operation's terms
+/// vanish at R and no point lies in a huge cell (StagedTiles::reachesHugeCells).
+template <class Op, bool Banded>
+__global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, Op op, unsigned long long* decided)
+{
+  extern __shared__ float4 stagedMemory[];
+  Particle* stagedPoints = reinterpret_cast<Particle*>(stagedMemory);
+  // Count and density stage no indices (16 bytes a point); the rare pairs decided in double
+  // find a staged point's index from its cell.
+  constexpr bool stagesIndex = !pairReadsNoMemory<Op>();
+  std::int32_t* stagedIndex = reinterpret_cast<std::int32_t*>(stagedPoints + g.capacity + 1);
+  // After the staged points: the threads' row lists or the warps' cluster lists (g.clusterPairs).
+  void* scratch = stagedIndex + (stagesIndex ? g.capacity + 1 : 0);
+  __shared__ StagedCells cells;
+  __shared__ TileScan::TempStorage scanStorage;
+  if (int(blockIdx.x) >= *g.itemCount)
+  {
+    return;
+  }
+
+  StagedRegion region;
+  region.side = g.side;
+  region.reach = g.reach;
+  region.S = g.side + 2 * g.reach;
+  region.stagedCells = region.S * region.S * region.S;
+  region.ownCells = g.side * g.side * g.side;
+  region.cellFirst = cells.cellFirst;
+  region.cellStart = cells.cellStart;
+  region.ownStart = cells.ownStart;
+  region.points = stagedPoints;
+  region.index = stagesIndex ? stagedIndex : nullptr;
+  region.sentinel = g.capacity;
+
+  const int2 item = g.items[blockIdx.x];
+  double leader[3], anchor[3];
+  int place[3];
+  g.fine.coordinates(g.leaders[item.x], leader);
+  tileOf(leader, g.side, anchor, place);
+  const int stagedTotal = placeStagedCells(g, region, anchor, cells, scanStorage);
+  placeOwnCells(region, cells);
   const bool fits = stagedTotal <= g.capacity;
   if (fits)
   {
-    // Each thread stages a run of consecutive positions: the first one's cell by a binary
-    // search, then the cells in turn with their place (x, y, z) in the region. A search and
-    // three divisions by S per point took an eighth of the 4M count search's instructions.
-    const int run = (stagedTotal + tileThreads - 1) / tileThreads;
-    const int runBegin = min(stagedTotal, int(threadIdx.x) * run), runEnd = min(stagedTotal, runBegin + run);
-    if (runBegin < runEnd)
-    {
-      int k = lastAtMost(cellStart, stagedCells, runBegin);
-      int x = k % S, y = (k / S) % S, z = k / (S * S);
-      for (int q = runBegin; q < runEnd; ++q)
-      {
-        while (cellStart[k + 1] <= q)
-        {
-          ++k;
-          if (++x == S)
-          {
-            x = 0;
-            if (++y == S)
-            {
-              y = 0;
-              ++z;
-            }
-          }
-        }
-        const int source = cellFirst[k] + (q - cellStart[k]);
-        stagedPoints[q] = staged(g.particles[source], x, y, z);
-        if constexpr (stagesIndex)
-        {
-          stagedIndex[q] = source;
-        }
-      }
-    }
-    if (threadIdx.x == 0)
-    {
-      stagedPoints[g.capacity] = Particle{ HUGE_VALF, HUGE_VALF, HUGE_VALF, 0.0f };
-    }
+    stagePoints(g, region, stagedTotal, stagedPoints, region.index ? stagedIndex : nullptr);
   }
   __syncthreads();
 
-  const int ownTotal = ownStart[ownCells];
+  const int ownTotal = cells.ownStart[region.ownCells];
   const int per = chunkPointsFor(ownTotal, g.side, g.reach, g.capacity);
   const int chunkBegin = item.y * per, chunkEnd = min(ownTotal, chunkBegin + per);
   if (!fits)
@@ -1115,7 +1154,8 @@ public:
     reach_ = reachFor(p);
     cellSize_ = cellSizeFor(p.radius, reach_);
     hugeCells_ = reachesHugeCells(p, cellSize_);
-    cells_.build(run, makeKeyLayout(p.lo, p.hi, cellSize_), cellSize_, true);
+    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSize_);
+    cells_.build(run, layout, cellSize_, true);
     particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(
       run.input, cells_.orderToInput(), n, cellSize_, 1.0 / cellSize_, cells_.particleRegion());
     NG_CUDA_CHECK_LAUNCH("particlesInOrder");
@@ -1128,7 +1168,7 @@ public:
     // staging costs more than it saves (4M points at 0.05 neighbors: 161 ms with cells of R / 2,
     // 6.0 ms by point; at 5.75 neighbors 2.6 ms in tiles of cells of R, 1.9 by point), so each
     // point looks up its 27 cells of R (the search of Counting Sort and Radix Sort).
-    tiles_ = items_ = 0;
+    items_ = 0;
     byPoint_ = reach_ == 1 && perCell < sparsePointsPerCell;
     pointTest_ = makePairTest(p.radius, cellSize_, 3.0, run.input);
     if (byPoint_)
@@ -1164,14 +1204,9 @@ public:
     void* temp = scratch_.ensure(scanBytes, "tile scan scratch");
     NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scanBytes, flags, position, cells + 1, run.stream),
       "scanning tile leaders");
-    int* tilesHost = tilesHost_.ensure(1, "tile count (pinned host memory)");
-    NG_CUDA_CHECK(cudaMemcpyAsync(tilesHost, position + cells, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
-      "reading the tile count");
     std::int32_t* leaders = leaders_.ensure(std::size_t(std::max(1, cells)), "tile leaders");
     gatherTileLeaders<<<blocksFor(cells), 256, 0, run.stream>>>(flags, position, cells, leaders);
     NG_CUDA_CHECK_LAUNCH("gatherTileLeaders");
-    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "finding the tiles");
-    tiles_ = *tilesHost;
 
     search_ = TileSearch{};
     search_.fine = fine;
@@ -1184,7 +1219,7 @@ public:
     const double rho = p.radius / cellSize_;
     search_.cullLimit = static_cast<float>(rho * rho * (1.0 + 1e-4) + 1e-4);
     search_.test = makePairTest(p.radius, cellSize_, double(side_ + 2 * reach_), run.input);
-    listItems(run, n);
+    listItems(run, n, layout, position + cells);
   }
   double cellSize() const override { return cellSize_; }
   bool sortWeighsOne() const override { return true; }
@@ -1201,28 +1236,48 @@ public:
   NEIGHBORGRID_SEARCHES_BY(launch)
 
 private:
-  /// The search's work items: every tile in chunks of its own points (chunkPointsFor).
-  void listItems(CudaRun& run, int n)
+  /// The search's work items: every tile in chunks of its own points (chunkPointsFor). Their
+  /// count stays on the device (the tiles' count at `tiles` too): the search reads it.
+  void listItems(CudaRun& run, int n, const KeyLayout& layout, const int* tiles)
   {
-    items_ = 0;
-    if (tiles_ == 0)
+    const int cells = search_.fine.cells;
+    if (cells == 0)
     {
       return;
     }
-    // Chunks of at least 256 points, plus one partial chunk per tile.
-    const std::size_t bound = std::size_t(tiles_) + std::size_t(n) / tileThreads + 1;
+    // A tile holds an occupied cell and lies in the grid; its chunks hold 256 points or more but
+    // the last.
+    const std::size_t bound = std::size_t(tileBound(layout, cells)) + std::size_t(n) / tileThreads + 1;
     int2* items = itemList_.ensure(bound, "tile work items");
     int* count = itemCount_.ensure(1, "tile work item count");
     NG_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int), run.stream), "tile work item count");
-    const int warpsPerBlock = 256 / 32;
-    listTileChunks<<<(tiles_ + warpsPerBlock - 1) / warpsPerBlock, 256, 0, run.stream>>>(search_, tiles_, items, count);
+    const int blocks = std::min(blocksFor(cells, 256), 8 * run.device->multiprocessors);
+    listTileChunks<<<blocks, 256, 0, run.stream>>>(search_, tiles, items, count);
     NG_CUDA_CHECK_LAUNCH("listTileChunks");
-    int* countHost = tilesHost_.ensure(1, "tile count (pinned host memory)");
-    NG_CUDA_CHECK(cudaMemcpyAsync(countHost, count, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
-      "reading the work item count");
-    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "listing the tiles' work items");
-    items_ = *countHost;
     search_.items = items;
+    search_.itemCount = count;
+    // The search launches a block per item of the bound; those beyond the count return at once.
+    // Without the two host waits for the tile and item counts the 4M sort stage took 20-40 us
+    // less on the H200; a grid of resident blocks that took items from a counter instead made
+    // every search 60-115 us slower (RESULTS.md, issue 22).
+    if (bound > std::size_t(std::numeric_limits<int>::max()))
+    {
+      throw Error("NeighborGrid: Staged Tiles would need " + std::to_string(bound) +
+        " work items, more than a CUDA grid holds; split the points into slabs");
+    }
+    items_ = static_cast<int>(bound);
+  }
+
+  /// At most one tile per occupied cell, and at most the tiles of side_ cells that the grid's span
+  /// meets on each axis (a wide layout's span may be infinite: then the cells bound it).
+  std::int64_t tileBound(const KeyLayout& layout, int cells) const
+  {
+    double tiles = 1.0;
+    for (int a = 0; a < 3; ++a)
+    {
+      tiles *= std::floor(layout.span[a] / side_) + 2.0;
+    }
+    return tiles < double(cells) ? static_cast<std::int64_t>(tiles) : std::int64_t(cells);
   }
 
   // cellFirst, cellStart, ownStart and the block scan's storage, rounded up.
@@ -1331,7 +1386,6 @@ private:
   DeviceBuffer<unsigned char> scratch_;
   DeviceBuffer<int2> itemList_;
   DeviceBuffer<int> itemCount_;
-  PinnedBuffer<int> tilesHost_;
   TileSearch search_;
   PairTest pointTest_; // the search by point (sparse data): frames of 3 cells
   double cellSize_ = 1.0;
@@ -1340,8 +1394,7 @@ private:
   bool hugeCells_ = false;
   int side_ = maxTileSide;
   int capacity_ = 0;
-  int tiles_ = 0;
-  int items_ = 0;
+  int items_ = 0; // the search's blocks: the work items, or a bound on them
 };
 
 } // namespace
