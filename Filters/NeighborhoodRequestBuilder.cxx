@@ -98,19 +98,36 @@ std::string ShownName(vtkAbstractArray* array)
   return array->GetName() ? array->GetName() : "(unnamed)";
 }
 
-/// Room for `tuples` tuples of a result array. Arrays above 32 MiB go in transparent huge pages
-/// (Linux, where the kernel gives them on request). glibc maps an array that large afresh at
+void ReleaseTransferMemory(void* memory)
+{
+  neighborgrid::Engine::releaseTransferMemory(memory);
+}
+
+/// Room for `tuples` tuples of a result array. Where the run will be on the GPU (`transfer`),
+/// arrays of 1 MiB or more go in the engine's pinned transfer memory, which the GPU writes with
+/// one DMA and whose pages are always resident (NeighborGrid.h, allocateTransferMemory); VTK
+/// gives it back through ReleaseTransferMemory. Otherwise arrays above 32 MiB go in transparent
+/// huge pages (Linux, where the kernel gives them on request). glibc maps an array that large afresh at
 /// every run and unmaps it when the pipeline runs again, a page fault and a page freed per 4 KiB
 /// (a 64 MB array: 16,384 of each; the filter's Update() on 16M points, H100 machine: 54.5 ms
 /// in small pages, 50.7 in huge ones, the engine alone 50.0). Smaller arrays come back from the
 /// heap already in place, which huge pages of their own only slowed (4M points: +0.15 ms).
 template <typename ArrayT>
-void AllocateResultValues(ArrayT* array, vtkIdType tuples)
+void AllocateResultValues(ArrayT* array, vtkIdType tuples, bool transfer)
 {
-#if defined(__linux__)
   using Value = typename ArrayT::ValueType;
   const vtkIdType values = tuples * array->GetNumberOfComponents();
   const std::size_t bytes = static_cast<std::size_t>(values) * sizeof(Value);
+  if (transfer && bytes >= (std::size_t(1) << 20))
+  {
+    if (void* memory = neighborgrid::Engine::allocateTransferMemory(bytes))
+    {
+      array->SetArray(static_cast<Value*>(memory), values, 0, vtkAbstractArray::VTK_DATA_ARRAY_USER_DEFINED);
+      array->SetArrayFreeFunction(&ReleaseTransferMemory);
+      return;
+    }
+  }
+#if defined(__linux__)
   constexpr std::size_t hugePage = std::size_t(2) << 20;
   if (bytes > 16 * hugePage)
   {
@@ -128,12 +145,12 @@ void AllocateResultValues(ArrayT* array, vtkIdType tuples)
 
 /// A new array of `components` x `tuples` values, named, for the output.
 template <typename ArrayT>
-vtkSmartPointer<ArrayT> NewResultArray(const std::string& name, int components, vtkIdType tuples)
+vtkSmartPointer<ArrayT> NewResultArray(const std::string& name, int components, vtkIdType tuples, bool transfer = false)
 {
   auto array = vtkSmartPointer<ArrayT>::New();
   array->SetName(name.c_str());
   array->SetNumberOfComponents(components);
-  AllocateResultValues(array.Get(), tuples);
+  AllocateResultValues(array.Get(), tuples, transfer);
   return array;
 }
 
@@ -160,14 +177,14 @@ void NameGradientComponents(vtkDataArray* values, vtkDataArray* gradient)
 /// The output of one array to smooth: "<name>_smoothed" with its components, or for the gradient
 /// "<name>_gradient" with d/dx, d/dy, d/dz of component 0, then of component 1, ...
 vtkSmartPointer<vtkFloatArray> NewSmoothedOutput(
-  vtkDataArray* values, const std::string& name, bool gradient, vtkIdType tuples)
+  vtkDataArray* values, const std::string& name, bool gradient, vtkIdType tuples, bool transfer = false)
 {
   const int components = values->GetNumberOfComponents();
   if (!gradient)
   {
-    return NewResultArray<vtkFloatArray>(name + "_smoothed", components, tuples);
+    return NewResultArray<vtkFloatArray>(name + "_smoothed", components, tuples, transfer);
   }
-  auto output = NewResultArray<vtkFloatArray>(name + "_gradient", 3 * components, tuples);
+  auto output = NewResultArray<vtkFloatArray>(name + "_gradient", 3 * components, tuples, transfer);
   NameGradientComponents(values, output);
   return output;
 }
@@ -639,9 +656,10 @@ bool SmoothedInputs::Read(const std::vector<std::string>& names, vtkPointData* p
 void ResultArrays::Allocate(const OperationTraits& traits, const std::vector<vtkDataArray*>& smoothed,
   const std::vector<std::string>& names, vtkIdType count, neighborgrid::Request& request)
 {
+  const bool transfer = this->UsesTransferMemory(request);
   for (size_t i = 0; i < smoothed.size(); ++i)
   {
-    auto output = NewSmoothedOutput(smoothed[i], names[i], traits.Gradient, count);
+    auto output = NewSmoothedOutput(smoothed[i], names[i], traits.Gradient, count, transfer);
     for (int c = 0; !traits.Gradient && c < smoothed[i]->GetNumberOfComponents(); ++c)
     {
       if (const char* componentName = smoothed[i]->GetComponentName(c))
@@ -654,17 +672,17 @@ void ResultArrays::Allocate(const OperationTraits& traits, const std::vector<vtk
   }
   if (traits.Operation == neighborgrid::Operation::NeighborCount)
   {
-    this->NeighborCount = NewResultArray<vtkIntArray>("NeighborCount", 1, count);
+    this->NeighborCount = NewResultArray<vtkIntArray>("NeighborCount", 1, count, transfer);
     request.neighborCount = reinterpret_cast<std::int32_t*>(this->NeighborCount->GetPointer(0));
   }
   if (traits.UsesMass)
   {
-    this->Density = NewResultArray<vtkFloatArray>("Density", 1, count);
+    this->Density = NewResultArray<vtkFloatArray>("Density", 1, count, transfer);
     request.density = this->Density->GetPointer(0);
   }
   if (traits.SmoothingLength)
   {
-    this->SupportRadius = NewResultArray<vtkFloatArray>("SupportRadius", 1, count);
+    this->SupportRadius = NewResultArray<vtkFloatArray>("SupportRadius", 1, count, transfer);
     request.supportRadius = this->SupportRadius->GetPointer(0);
   }
 }
@@ -673,8 +691,15 @@ void ResultArrays::AllocateValidMask(const std::string& name, vtkIdType count, n
 {
   this->ValidMask = vtkSmartPointer<vtkUnsignedCharArray>::New();
   this->ValidMask->SetName(name.c_str());
-  AllocateResultValues(this->ValidMask.Get(), count);
+  AllocateResultValues(this->ValidMask.Get(), count, this->UsesTransferMemory(request));
   request.valid = this->ValidMask->GetPointer(0);
+}
+
+bool ResultArrays::UsesTransferMemory(const neighborgrid::Request& request) const
+{
+  // NEIGHBORGRID_TRANSFER_MEMORY=0 is a benchmarking knob: ordinary memory, to measure the gain.
+  const char* knob = std::getenv("NEIGHBORGRID_TRANSFER_MEMORY");
+  return this->TransferMemory && request.backend != neighborgrid::Backend::CPU && !(knob && std::string(knob) == "0");
 }
 
 std::vector<vtkSmartPointer<vtkAbstractArray>> ResultArrays::All() const

@@ -167,6 +167,9 @@ public:
   void AllocateValidMask(const std::string& name, vtkIdType count, neighborgrid::Request& request);
   /// In output order: NeighborCount, Density, the smoothed or gradient arrays, the valid mask.
   std::vector<vtkSmartPointer<vtkAbstractArray>> All() const;
+  /// Whether arrays of a run on the GPU take the engine's pinned transfer memory: only in a run
+  /// of one process, whose engine uses the calling thread's device (MPI ranks choose theirs).
+  void SetTransferMemory(bool use) { this->TransferMemory = use; }
 
   /// The same arrays with no tuples, for an empty block of a composite dataset; an array to smooth
   /// that the block lacks has no output (there is nothing to smooth).
@@ -179,6 +182,9 @@ private:
   vtkSmartPointer<vtkFloatArray> SupportRadius;
   std::vector<vtkSmartPointer<vtkFloatArray>> Smoothed;
   vtkSmartPointer<vtkUnsignedCharArray> ValidMask;
+  bool TransferMemory = false;
+
+  bool UsesTransferMemory(const neighborgrid::Request& request) const;
 };
 
 // --- The run info ----------------------------------------------------------------------------
@@ -198,6 +204,8 @@ public:
 
   /// False with Error() at the first problem.
   bool Build();
+  /// Result arrays in the engine's transfer memory where the run is on the GPU (ResultArrays).
+  void SetTransferMemory(bool use) { this->Results.SetTransferMemory(use); }
   const std::string& Error() const { return this->ErrorText; }
 
   neighborgrid::Request& Request() { return this->EngineRequest; }

@@ -345,6 +345,7 @@ int vtkPointNeighborhoodFilter::ComputeNeighborhood(
   vtkPointSet* particles, const QuerySpec& queries, ComputeResult& result)
 {
   RequestBuilder builder(this, particles, queries);
+  builder.SetTransferMemory(this->Internal->Ranks() == 1);
   if (!builder.Build())
   {
     // The other processes wait for this one in the run: tell them it will not come.

@@ -7,6 +7,9 @@
 #include "Slabs.h"
 #include "SmoothingLength.h"
 #include "Timer.h"
+#if defined(NEIGHBORGRID_HAS_CUDA)
+#include "cuda/TransferMemory.h"
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -542,6 +545,25 @@ bool Engine::cudaAvailable(std::string* why)
     *why = "this NeighborGrid was built without CUDA";
   }
   return false;
+#endif
+}
+
+void* Engine::allocateTransferMemory(std::size_t bytes)
+{
+#if defined(NEIGHBORGRID_HAS_CUDA)
+  return cudaAvailable() ? detail::allocateTransferMemory(bytes) : nullptr;
+#else
+  (void)bytes;
+  return nullptr;
+#endif
+}
+
+void Engine::releaseTransferMemory(void* memory)
+{
+#if defined(NEIGHBORGRID_HAS_CUDA)
+  detail::releaseTransferMemory(memory);
+#else
+  (void)memory;
 #endif
 }
 

@@ -2395,6 +2395,73 @@ TEST(EngineTransfers, ArraysAroundTheRingsSizeArriveWhole)
   }
 }
 
+// Result arrays in the engine's transfer memory (Engine::allocateTransferMemory, what the VTK
+// filter gives a run on the GPU): the CUDA backend downloads into them with one DMA instead of
+// the ring. A shuffled 101^3 lattice's counts and densities (every neighbor at distance 1, so
+// W(0) + count W(1)), three runs, the arrays released and taken again between runs. Without a
+// usable CUDA device there is no transfer memory.
+TEST(EngineTransfers, ResultsInTransferMemoryArriveWhole)
+{
+  if (!Engine::cudaAvailable())
+  {
+    EXPECT_EQ(Engine::allocateTransferMemory(std::size_t(1) << 20), nullptr);
+    Engine::releaseTransferMemory(nullptr);
+    return;
+  }
+  const int side = 101;
+  const std::int64_t n = std::int64_t(side) * side * side;
+  std::vector<std::int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(31));
+  std::vector<float> xyz(3 * n);
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    xyz[3 * i] = float(order[i] % side);
+    xyz[3 * i + 1] = float((order[i] / side) % side);
+    xyz[3 * i + 2] = float(order[i] / (std::int64_t(side) * side));
+  }
+  Request r;
+  r.points = Points(xyz.data(), n);
+  r.radius = 1.05;
+  r.backend = backendUnderTest;
+  Engine engine;
+  const double selfWeight = kernelValue(r.kernel, 3, r.radius, 0.0), neighborWeight = kernelValue(r.kernel, 3, r.radius, 1.0);
+  for (int run = 0; run < 3; ++run)
+  {
+    SCOPED_TRACE("run " + std::to_string(run));
+    auto* counts = static_cast<std::int32_t*>(Engine::allocateTransferMemory(n * sizeof(std::int32_t)));
+    auto* density = static_cast<float*>(Engine::allocateTransferMemory(n * sizeof(float)));
+    ASSERT_NE(counts, nullptr);
+    ASSERT_NE(density, nullptr);
+    std::fill(counts, counts + n, -7);
+    std::fill(density, density + n, -1.0f);
+    r.operation = Operation::NeighborCount;
+    r.neighborCount = counts;
+    r.density = nullptr;
+    engine.run(r);
+    r.operation = Operation::Density;
+    r.neighborCount = nullptr;
+    r.density = density;
+    engine.run(r);
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+    {
+      const int x = int(order[i] % side), y = int((order[i] / side) % side), z = int(order[i] / (std::int64_t(side) * side));
+      const int expected = (x > 0) + (x < side - 1) + (y > 0) + (y < side - 1) + (z > 0) + (z < side - 1);
+      const double rho = selfWeight + expected * neighborWeight;
+      if ((counts[i] != expected || !(std::abs(density[i] - rho) <= 1e-5 * rho)) && bad++ < 5)
+      {
+        ADD_FAILURE() << "point " << i << ": count " << counts[i] << " (expected " << expected << "), density "
+                      << density[i] << " (expected " << rho << ")";
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    Engine::releaseTransferMemory(counts);
+    Engine::releaseTransferMemory(density);
+  }
+  Engine::releaseTransferMemory(xyz.data()); // not transfer memory: ignored
+}
+
 // The CUDA backend takes the bounds of the coordinates from the ring's workers, which find them
 // piece by piece while they copy (CoordinateCopy.h): a piece may start at any axis, and a value
 // missed at a piece's edge would leave its point outside the grid. A lattice (neighbors: the six

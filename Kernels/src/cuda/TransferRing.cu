@@ -12,6 +12,8 @@
 // order, so every wait is on an earlier chunk: no deadlock.
 #include "TransferRing.h"
 
+#include "TransferMemory.h"
+
 #include <algorithm>
 
 #if defined(__linux__)
@@ -73,6 +75,13 @@ void TransferRing::uploadCoordinates(void* device, const void* host, std::int64_
 
 void TransferRing::download(void* host, const void* device, std::size_t bytes, cudaStream_t stream, const char* what)
 {
+  if (isTransferMemory(host, bytes))
+  {
+    // Pinned already (Engine::allocateTransferMemory): one DMA, no ring.
+    NG_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream), what);
+    NG_CUDA_CHECK(cudaStreamSynchronize(stream), what);
+    return;
+  }
   Transfer t;
   t.toDevice = false;
   t.device = const_cast<char*>(static_cast<const char*>(device));
@@ -108,6 +117,10 @@ void TransferRing::makeResident(char* host, std::size_t length)
 
 void TransferRing::faultIn(void* host, std::size_t bytes)
 {
+  if (isTransferMemory(host, bytes))
+  {
+    return; // pinned pages are resident
+  }
   Transfer t;
   t.toDevice = false;
   t.faultInOnly = true;
