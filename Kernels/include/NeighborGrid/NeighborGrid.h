@@ -310,7 +310,7 @@ public:
   /// process). `bytes` or more from a process-wide pool, on
   /// the calling thread's current device's context; null where CUDA is not usable or the pool is
   /// at its limits (blocks of at most 1 GiB, 4 GiB in use): then allocate as usual. Release it
-  /// with releaseTransferMemory, from any thread; the pool keeps up to 1 GiB of released blocks
+  /// with releaseTransferMemory, from any thread; the pool keeps up to 512 MiB of released blocks
   /// for the next arrays, since pinning memory is slow.
   static void* allocateTransferMemory(std::size_t bytes);
   /// Returns memory of allocateTransferMemory to the pool; null or any other pointer is ignored.

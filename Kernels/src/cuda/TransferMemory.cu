@@ -1,6 +1,6 @@
 // The pool of TransferMemory.h. Blocks are pinned with cudaHostAlloc (portable: every device's
-// DMA can use them) and kept after release up to maxTransferBytesKept, because pinning is slow:
-// a filter that runs again gets the block its previous output just released. The pool itself is
+// DMA can use them) and kept after release up to maxTransferBytesKept: a filter that runs again
+// gets the block its previous output just released. The pool itself is
 // never destroyed: VTK may release an array after CUDA's runtime has shut down at exit, and a
 // block then simply stays with the process.
 #include "TransferMemory.h"

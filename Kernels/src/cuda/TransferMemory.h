@@ -21,8 +21,10 @@ bool isTransferMemory(const void* memory, std::size_t bytes);
 
 constexpr std::size_t maxTransferBlockBytes = std::size_t(1) << 30;
 constexpr std::size_t maxTransferBytesInUse = std::size_t(4) << 30;
-/// Released blocks the pool keeps for the next arrays (pinning costs about 0.2 ms a MB).
-constexpr std::size_t maxTransferBytesKept = std::size_t(1) << 30;
+/// Released blocks the pool keeps for the next arrays: pinning is slow (cudaHostRegister of 48 MiB
+/// took 2.6 ms on the H100 machine, RESULTS.md "Transfers"), and a filter that runs again needs
+/// the size its previous output released.
+constexpr std::size_t maxTransferBytesKept = std::size_t(512) << 20;
 
 } // namespace detail
 } // namespace neighborgrid
