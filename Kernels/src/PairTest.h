@@ -4,7 +4,9 @@
 //   (dx * dx + dy * dy) + dz * dz <= R * R,   d = x_i - x_j,
 // evaluated in double from the input coordinates (float input converted to double first), every
 // operation rounded on its own (no fused multiply-add), in that order. Every backend and method
-// decides every pair this way, for the count and for which pairs enter density and smoothing sums.
+// decides every pair this way, for the count and for which pairs enter density and smoothing sums
+// (Staged Tiles excepted for density and smoothing, whose terms vanish at R: a pair within the
+// band adds its float terms, under 3e-16 of a point's own; StagedTiles.cu, termsVanishAtRadius).
 //
 // Methods test pairs in float, in frame coordinates (CellGrid.h: relative to a cell, in units of
 // its size s), and decide there wherever the float squared distance r2f is clearly inside or

@@ -8,7 +8,8 @@
 //    and of the tile's border region (the neighbors within R) into shared memory, and every
 //    neighbor test and kernel evaluation of the tile's points reads them there;
 //  - the fine-grained work inside the block, one thread per point of the tile, each pair test in
-//    float with the exact double decision inside a narrow band (PairTest.h).
+//    float with the exact double decision inside a narrow band (PairTest.h); density and
+//    smoothing skip the decision, since their terms vanish at R (termsVanishAtRadius).
 // Changed, and why (measured on an H100, Testing/Benchmarks/RESULTS.md):
 //  - Cells of R / 2 instead of R where the data are dense (reachFor). A point's neighbors lie
 //    within two cells on each axis, and the 5 x 5 x 5 cells around its own hold 125 / 8 = 15.6
@@ -220,11 +221,13 @@ constexpr bool pairReadsNoMemory()
 }
 
 /// Operations whose every term is continuous in r and zero at R (density and smoothing: each of
-/// DESIGN.md's kernels vanishes at its cutoff). A pair within rounding of R adds at most
-/// w(q) with 2 - q (or its cutoff factor - q) below 1e-6, under 3e-19 for the cubic spline, far
-/// below the float rounding of a sum that holds the point's own w(0) >= 1: deciding such a pair
-/// in double cannot change the result, so the loops add its float terms (band-free, below).
-/// Neighbor Count's term is 1 up to R and 0 beyond, so its pairs near R are decided in double.
+/// DESIGN.md's kernels vanishes at its cutoff). A pair within rounding of R adds at most w(q)
+/// with its cutoff factor - q below 1.1e-5 (PairTest.h's band lies within 5e-6 of R, relative,
+/// for cells of R or R / 2; plus the float rounding of q): under 3e-16 of the point's own w(0)
+/// for the cubic spline, under 1e-21 for the other kernels, far below a float sum's rounding.
+/// Deciding such a pair in double cannot change the result, so the loops add its float terms
+/// (band-free, below). Neighbor Count's term is 1 up to R and 0 beyond: its pairs near R are
+/// decided in double.
 template <class Op>
 constexpr bool termsVanishAtRadius()
 {
