@@ -697,9 +697,7 @@ void ResultArrays::AllocateValidMask(const std::string& name, vtkIdType count, n
 
 bool ResultArrays::UsesTransferMemory(const neighborgrid::Request& request) const
 {
-  // NEIGHBORGRID_TRANSFER_MEMORY=0 is a benchmarking knob: ordinary memory, to measure the gain.
-  const char* knob = std::getenv("NEIGHBORGRID_TRANSFER_MEMORY");
-  return this->TransferMemory && request.backend != neighborgrid::Backend::CPU && !(knob && std::string(knob) == "0");
+  return this->TransferMemory && request.backend != neighborgrid::Backend::CPU;
 }
 
 std::vector<vtkSmartPointer<vtkAbstractArray>> ResultArrays::All() const
@@ -800,6 +798,21 @@ bool vtkPointNeighborhoodFilter::RequestBuilder::Build()
     return false;
   }
   this->SetOptions();
+  // NEIGHBORGRID_TRANSFER_MEMORY=0|1, a benchmarking knob: 0 keeps the results in ordinary memory,
+  // to measure what transfer memory saves. A misspelled value must not measure the default.
+  if (const char* knob = std::getenv("NEIGHBORGRID_TRANSFER_MEMORY"))
+  {
+    const std::string value = knob;
+    if (value != "0" && value != "1")
+    {
+      this->ErrorText = "NEIGHBORGRID_TRANSFER_MEMORY is '" + value + "'; it takes '0' or '1'.";
+      return false;
+    }
+    if (value == "0")
+    {
+      this->Results.SetTransferMemory(false);
+    }
+  }
   if (!this->AddPeriodicBox())
   {
     return false;

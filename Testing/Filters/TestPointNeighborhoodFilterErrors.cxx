@@ -3,6 +3,7 @@
 // the input untouched, and leave the filter usable for the next, valid, update.
 #include "NeighborGridFilterTesting.h"
 
+#include <cstdlib>
 #include <functional>
 #include <limits>
 
@@ -163,6 +164,27 @@ int main()
   for (const ErrorCase& test : cases)
   {
     RunErrorCase(test);
+  }
+
+  // A misspelled benchmarking knob is an error, not a silent default; unset, the filter runs.
+  {
+    vtkNew<vtkPointNeighborhoodFilter> filter;
+    vtkNew<ngtest::MessageCollector> messages;
+    messages->Watch(filter);
+    filter->SetRadius(0.75);
+    filter->SetInputData(input);
+    const ngtest::Snapshot before = ngtest::Snapshot::Of(input);
+    setenv("NEIGHBORGRID_TRANSFER_MEMORY", "off", 1);
+    filter->Update();
+    unsetenv("NEIGHBORGRID_TRANSFER_MEMORY");
+    NG_CHECK(messages->ErrorContains("NEIGHBORGRID_TRANSFER_MEMORY is 'off'"),
+      "a misspelled NEIGHBORGRID_TRANSFER_MEMORY is not reported: " << messages->AllErrors());
+    NG_CHECK(ngtest::Snapshot::Of(input) == before, "the knob's error modified the input");
+    messages->Clear();
+    filter->Modified();
+    filter->Update();
+    NG_CHECK(messages->Errors.empty() && filter->GetPolyDataOutput()->GetPointData()->GetArray("Density"),
+      "the filter does not run once the knob is unset: " << messages->AllErrors());
   }
 
   // Not errors: a missing mass array does not matter where the mass is unused.
