@@ -119,6 +119,17 @@ std::vector<Scenario> scenarios(const std::string& table)
       rows.push_back(row);
     }
   }
+  if (table == "smoothing")
+  {
+    // Shepard smoothing of 1 to 4 components on the 4M row: one pass of the search each
+    // (OperationPlan.h cuts wider arrays into passes of at most four).
+    for (int components : { 1, 2, 3, 4 })
+    {
+      Scenario row{ "4M-smoothing-" + std::to_string(components), 4194304, 90.0, 1.5, Operation::Smoothing };
+      row.smoothedComponents = components;
+      rows.push_back(row);
+    }
+  }
   if (all || table == "exactness")
   {
     // What exact pair decisions cost: every method with and without the double-precision band.
@@ -1387,7 +1398,7 @@ int main(int argc, char** argv)
     else
     {
       std::fprintf(stderr,
-        "usage: %s [--table=headline|issue|operations|exactness|outlier|small|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|cpu|all|smoke]\n"
+        "usage: %s [--table=headline|issue|operations|smoothing|exactness|outlier|small|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|cpu|all|smoke]\n"
         "          [--runs=N] [--csv=FILE] [--only-n=N] [--volume=N] [--periodic] [--operations=N]\n"
         "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]] [--radii=N] [--radii-slabs=N]\n"
         "          [--smoothing-length=N [--memory-limit=BYTES]]\n"
@@ -1482,7 +1493,8 @@ int main(int argc, char** argv)
     }
     std::vector<float> density(s.n);
     std::vector<std::int32_t> counts(s.n);
-    // Smoothing rows smooth the x (and y, z) coordinates: a smooth field of the points' own.
+    // Smoothing rows smooth the x (and y, z, then x again) coordinates: a smooth field of the
+    // points' own.
     std::vector<float> field, smoothed;
     if (s.smoothedComponents > 0)
     {
@@ -1492,7 +1504,7 @@ int main(int argc, char** argv)
       {
         for (int c = 0; c < s.smoothedComponents; ++c)
         {
-          field[std::size_t(i) * s.smoothedComponents + c] = xyz[3 * std::size_t(i) + c];
+          field[std::size_t(i) * s.smoothedComponents + c] = xyz[3 * std::size_t(i) + c % 3];
         }
       }
     }

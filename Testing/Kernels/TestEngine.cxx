@@ -207,6 +207,15 @@ TEST_P(EngineAccuracy, SmoothingMatchesDoubleBruteForce)
     const auto vectorScale = f.reference->smooth(c, k.kernel, c.vector3, 3, shepard, c.mass.data(), 1.0, true);
     const auto tensorRef = f.reference->smooth(c, k.kernel, c.tensor9, 9, shepard, c.mass.data(), 1.0);
     const auto tensorScale = f.reference->smooth(c, k.kernel, c.tensor9, 9, shepard, c.mass.data(), 1.0, true);
+    // Two components: the one width that no other array here takes in a pass of its own.
+    std::vector<float> pairValues(2 * std::size_t(s.count));
+    for (std::size_t i = 0; i < std::size_t(s.count); ++i)
+    {
+      pairValues[2 * i] = c.vector3[3 * i];
+      pairValues[2 * i + 1] = c.tensor9[9 * i + 4];
+    }
+    const auto pairRef = f.reference->smooth(c, k.kernel, pairValues, 2, shepard, c.mass.data(), 1.0);
+    const auto pairScale = f.reference->smooth(c, k.kernel, pairValues, 2, shepard, c.mass.data(), 1.0, true);
     const auto densityRef = f.reference->density(c, k.kernel, c.mass.data(), 1.0);
     for (Method method : particleMethodsFor(s))
     {
@@ -217,9 +226,9 @@ TEST_P(EngineAccuracy, SmoothingMatchesDoubleBruteForce)
       r.normalization = k.normalization;
       r.mass = c.mass.data();
       std::vector<float> scalar(s.count, -1.0f), vector(3 * s.count, -1.0f), tensor(9 * s.count, -1.0f),
-        rho(s.count, -1.0f);
+        pair(2 * s.count, -1.0f), rho(s.count, -1.0f);
       r.smoothed = { { c.scalar.data(), 1, scalar.data(), "scalar" }, { c.vector3.data(), 3, vector.data(), "vector" },
-        { c.tensor9.data(), 9, tensor.data(), "tensor" } };
+        { c.tensor9.data(), 9, tensor.data(), "tensor" }, { pairValues.data(), 2, pair.data(), "pair" } };
       if (!shepard)
       {
         r.density = rho.data();
@@ -228,6 +237,7 @@ TEST_P(EngineAccuracy, SmoothingMatchesDoubleBruteForce)
       expectClose(scalar, scalarRef, "smoothed scalar");
       expectClose(vector, vectorRef, "smoothed vector", &vectorScale);
       expectClose(tensor, tensorRef, "smoothed 9-component array", &tensorScale);
+      expectClose(pair, pairRef, "smoothed 2-component array", &pairScale);
       if (!shepard)
       {
         expectClose(rho, densityRef, "density of SPH smoothing");

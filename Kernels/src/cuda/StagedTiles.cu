@@ -26,9 +26,12 @@
 //  - Inside the block the staged points keep the global order (row-major by fine cell), so a
 //    row of five cells is one contiguous range of shared memory: 25 loops per point, no per-cell
 //    lookups. Threads of a warp take neighboring points and so read the same rows (broadcasts).
-//  - Two inner loops over a staged tile. Count, density and one-component smoothing: one thread
-//    per point over its own rows (searchPointRows). Smoothing of two or more components: cluster
-//    pairs as in GROMACS's NxM scheme (Páll and Hess 2013; searchClusterPairs): a warp tests four
+//  - Smoothing stages the (weighted) values it smooths beside the points, so that no pair reads
+//    global memory (stagedComponents; not where pairs are decided in double).
+//  - Two inner loops over a staged tile. Count, density and smoothing of up to three staged
+//    components: one thread per point over its own rows (searchPointRows). Smoothing of four
+//    components, or of two or more read from global memory: cluster pairs as in GROMACS's NxM
+//    scheme (Páll and Hess 2013; searchClusterPairs): a warp tests four
 //    points against the staged points within R of their box, each candidate read once for four
 //    pair tests, every lane busy on every step. With about 80 neighbors a box of four points
 //    lets through more candidates than a point's own sphere, and finding them takes a pass of
@@ -234,6 +237,61 @@ constexpr bool termsVanishAtRadius()
   return !std::is_same<Op, CountOperation>::value;
 }
 
+template <class Op>
+struct SmoothedComponents
+{
+  static constexpr int value = 0;
+};
+template <int Components>
+struct SmoothedComponents<SmoothingOperation<Components>>
+{
+  static constexpr int value = Components;
+};
+
+/// The components of the values that band-free smoothing stages beside its points (0: none). A
+/// pair's terms then read nothing but shared memory, as density's do, and the block stages no
+/// indices. The staging multiplies each value by the point's weight; the first component rides
+/// in the staged weight (one component: 16 bytes a point instead of 20, four blocks an SM instead
+/// of three on the 4M row), the others in an array of their own, read as one vector a candidate.
+/// With the band, the double decision adds op.pair()'s terms from the input's arrays, so nothing
+/// is staged there.
+template <class Op, bool Banded>
+constexpr int stagedComponents()
+{
+  return Banded ? 0 : SmoothedComponents<Op>::value;
+}
+
+/// Floats a staged point takes in the array of the components after the first: a vector's width
+/// (1, 2 or 4), so that one load reads them.
+constexpr int stagedValueStride(int components)
+{
+  return components <= 1 ? 0 : components == 2 ? 1 : components == 3 ? 2 : 4;
+}
+
+/// Staged point q's components after the first, into v[1..components-1].
+template <int Components>
+__device__ __forceinline__ void loadStagedValues(const float* values, int q, float (&v)[Components])
+{
+  constexpr int stride = stagedValueStride(Components);
+  if constexpr (stride == 1)
+  {
+    v[1] = values[q];
+  }
+  else if constexpr (stride == 2)
+  {
+    const float2 two = reinterpret_cast<const float2*>(values)[q];
+    v[1] = two.x;
+    v[2] = two.y;
+  }
+  else if constexpr (stride == 4)
+  {
+    const float4 four = reinterpret_cast<const float4*>(values)[q];
+    v[1] = four.x;
+    v[2] = four.y;
+    v[3] = four.z;
+  }
+}
+
 /// The last k in [0, count) with start[k] <= value (start ascending, start[0] <= value).
 __device__ __forceinline__ int lastAtMost(const int* start, int count, int value)
 {
@@ -299,6 +357,7 @@ struct StagedRegion
   const int* ownStart = nullptr;
   const Particle* points = nullptr;     // staged order, the block's frame; [capacity] is the sentinel
   const std::int32_t* index = nullptr;  // global index per staged point, or null (found from the cell)
+  const float* values = nullptr;        // stagedComponents() >= 2: the weighted components after the first
   int sentinel = 0;                     // the staged position of a point at infinity
 
   /// Own point t: its staged cell, place in that cell, and the cell's (x, y, z) in the region.
@@ -349,6 +408,22 @@ __device__ __forceinline__ bool addFloatPair(const TileSearch& g, const Op& op, 
         partial[a] += terms[a];
       }
     }
+  }
+  else if constexpr (stagedComponents<Op, Banded>() > 0)
+  {
+    // SmoothingOperation::pair with the weight times the value staged (stagePoints): bit for bit
+    // the same terms where the weight is one (Shepard), and added without a test as band-free
+    // density's are (the sentinel's staged values are zero).
+    constexpr int components = stagedComponents<Op, Banded>();
+    const float w = kernelShapeFromSquared(op.kernel, r2);
+    float v[components];
+    v[0] = pj.w;
+    loadStagedValues(r.values, q, v);
+    for (int c = 0; c < components; ++c)
+    {
+      partial[c] += w * v[c];
+    }
+    partial[components] += w;
   }
   else if (neighbor)
   {
@@ -1018,8 +1093,9 @@ __device__ void placeOwnCells(const StagedRegion& r, StagedCells& cells)
 /// thread stages a run of consecutive positions: the first one's cell by a binary search, then
 /// the cells in turn with their place (x, y, z) in the region. A search and three divisions by S
 /// per point took an eighth of the 4M count search's instructions.
+template <int Components>
 __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stagedTotal, Particle* stagedPoints,
-  std::int32_t* stagedIndex)
+  std::int32_t* stagedIndex, const float* values, float* stagedValues)
 {
   const int S = r.S;
   const int run = (stagedTotal + tileThreads - 1) / tileThreads;
@@ -1044,7 +1120,17 @@ __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stag
         }
       }
       const int source = r.cellFirst[k] + (q - r.cellStart[k]);
-      stagedPoints[q] = staged(g.particles[source], x, y, z);
+      Particle p = staged(g.particles[source], x, y, z);
+      if constexpr (Components > 0)
+      {
+        const float* v = values + std::int64_t(source) * Components;
+        for (int c = 1; c < Components; ++c)
+        {
+          stagedValues[q * stagedValueStride(Components) + c - 1] = p.w * v[c];
+        }
+        p.w *= v[0];
+      }
+      stagedPoints[q] = p;
       if (stagedIndex)
       {
         stagedIndex[q] = source;
@@ -1054,6 +1140,10 @@ __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stag
   if (threadIdx.x == 0)
   {
     stagedPoints[g.capacity] = Particle{ HUGE_VALF, HUGE_VALF, HUGE_VALF, 0.0f };
+    for (int c = 0; c < stagedValueStride(Components); ++c)
+    {
+      stagedValues[g.capacity * stagedValueStride(Components) + c] = 0.0f;
+    }
   }
 }
 
@@ -1065,12 +1155,19 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
 {
   extern __shared__ float4 stagedMemory[];
   Particle* stagedPoints = reinterpret_cast<Particle*>(stagedMemory);
-  // Count and density stage no indices (16 bytes a point); the rare pairs decided in double
-  // find a staged point's index from its cell.
-  constexpr bool stagesIndex = !pairReadsNoMemory<Op>();
+  // Count, density and band-free one-component smoothing stage no indices (16 bytes a point);
+  // the rare pairs decided in double find a staged point's index from its cell.
+  constexpr int components = stagedComponents<Op, Banded>();
+  constexpr bool stagesIndex = !pairReadsNoMemory<Op>() && components == 0;
+  const float* values = nullptr;
+  if constexpr (components > 0)
+  {
+    values = op.values;
+  }
   std::int32_t* stagedIndex = reinterpret_cast<std::int32_t*>(stagedPoints + g.capacity + 1);
+  float* stagedValues = reinterpret_cast<float*>(stagedIndex + (stagesIndex ? g.capacity + 1 : 0));
   // After the staged points: the threads' row lists or the warps' cluster lists (g.clusterPairs).
-  void* scratch = stagedIndex + (stagesIndex ? g.capacity + 1 : 0);
+  void* scratch = stagedValues + (g.capacity + 1) * stagedValueStride(components);
   __shared__ StagedCells cells;
   __shared__ TileScan::TempStorage scanStorage;
   if (int(blockIdx.x) >= *g.itemCount)
@@ -1089,6 +1186,7 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   region.ownStart = cells.ownStart;
   region.points = stagedPoints;
   region.index = stagesIndex ? stagedIndex : nullptr;
+  region.values = components >= 2 ? stagedValues : nullptr;
   region.sentinel = g.capacity;
 
   const int2 item = g.items[blockIdx.x];
@@ -1101,7 +1199,7 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   const bool fits = stagedTotal <= g.capacity;
   if (fits)
   {
-    stagePoints(g, region, stagedTotal, stagedPoints, region.index ? stagedIndex : nullptr);
+    stagePoints<components>(g, region, stagedTotal, stagedPoints, region.index ? stagedIndex : nullptr, values, stagedValues);
   }
   __syncthreads();
 
@@ -1124,10 +1222,13 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
 
 /// Shared memory per staged point: the particle and, for operations that read arrays, its global index.
 constexpr int stagedPointBytes = int(sizeof(Particle) + sizeof(std::int32_t));
-template <class Op>
+template <class Op, bool Banded>
 constexpr int stagedPointBytesFor()
 {
-  return pairReadsNoMemory<Op>() ? int(sizeof(Particle)) : stagedPointBytes;
+  constexpr int components = stagedComponents<Op, Banded>();
+  return pairReadsNoMemory<Op>() || components > 0
+    ? int(sizeof(Particle)) + stagedValueStride(components) * int(sizeof(float))
+    : stagedPointBytes;
 }
 
 class StagedTiles final : public CudaMethod
@@ -1328,12 +1429,14 @@ private:
     return false;
   }
 
-  /// Cluster pairs for operations of three or more terms (smoothing of two or more components),
-  /// one thread per point for the rest: the faster of the two on the 4M row on the H100
-  /// (RESULTS.md, issue 22). NEIGHBORGRID_TILES_LOOP=points|clusters (a benchmarking knob) takes
-  /// one for every operation.
+  /// Cluster pairs for smoothing of two or more components where the search reads the values
+  /// from global memory (the banded loop), and of four where they are staged; one thread per
+  /// point for the rest: the faster of the two on the 4M row (RESULTS.md, issue 22; with staged
+  /// values on the H200, points against clusters: 2 components 3.05 against 3.53 ms, 3
+  /// components 3.43 against 3.67, 4 components 4.11 against 4.05). NEIGHBORGRID_TILES_LOOP=
+  /// points|clusters (a benchmarking knob) takes one for every operation.
   template <class Op>
-  static bool usesClusterPairs()
+  static bool usesClusterPairs(bool stagesValues)
   {
     if (const char* knob = std::getenv("NEIGHBORGRID_TILES_LOOP"))
     {
@@ -1345,7 +1448,7 @@ private:
       }
       return loop == "clusters";
     }
-    return Op::Terms >= 3;
+    return Op::Terms >= (stagesValues ? 5 : 3);
   }
 
   template <class Op>
@@ -1361,22 +1464,30 @@ private:
       return;
     }
     TileSearch search = search_;
-    search.clusterPairs = usesClusterPairs<Op>();
-    const std::size_t bytes =
-      std::size_t(capacity_ + 1) * stagedPointBytesFor<Op>() + (search.clusterPairs ? clusterListBytes : rowListBytes);
     if constexpr (termsVanishAtRadius<Op>())
     {
-      if (!hugeCells_)
+      // Staged values of several components take more shared memory a point than an index: a
+      // capacity that fits the index (sort) may not fit them, and the banded loop stages indices.
+      search.clusterPairs = usesClusterPairs<Op>(stagedComponents<Op, false>() > 0);
+      if (!hugeCells_ && sharedBytes<Op, false>(search) <= std::size_t(run.device->sharedMemoryPerBlock - staticSharedBytes))
       {
-        launchSearch<Op, false>(run, search, op, bytes);
+        launchSearch<Op, false>(run, search, op);
         return;
       }
     }
-    launchSearch<Op, true>(run, search, op, bytes);
+    search.clusterPairs = usesClusterPairs<Op>(false);
+    launchSearch<Op, true>(run, search, op);
   }
   template <class Op, bool Banded>
-  void launchSearch(CudaRun& run, const TileSearch& search, const Op& op, std::size_t bytes)
+  std::size_t sharedBytes(const TileSearch& search) const
   {
+    return std::size_t(capacity_ + 1) * stagedPointBytesFor<Op, Banded>() +
+      (search.clusterPairs ? clusterListBytes : rowListBytes);
+  }
+  template <class Op, bool Banded>
+  void launchSearch(CudaRun& run, const TileSearch& search, const Op& op)
+  {
+    const std::size_t bytes = sharedBytes<Op, Banded>(search);
     allowDynamicSharedMemory(
       stagedTilesSearch<Op, Banded>, run.device->id, bytes, "allowing the staged tiles' shared memory");
     stagedTilesSearch<Op, Banded><<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
