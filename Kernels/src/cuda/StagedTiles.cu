@@ -1155,8 +1155,9 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
 {
   extern __shared__ float4 stagedMemory[];
   Particle* stagedPoints = reinterpret_cast<Particle*>(stagedMemory);
-  // Count, density and band-free one-component smoothing stage no indices (16 bytes a point);
-  // the rare pairs decided in double find a staged point's index from its cell.
+  // Count, density and band-free smoothing stage no indices (16 bytes a point, and the staged
+  // values: stagedComponents); the rare pairs decided in double find a staged point's index from
+  // its cell.
   constexpr int components = stagedComponents<Op, Banded>();
   constexpr bool stagesIndex = !pairReadsNoMemory<Op>() && components == 0;
   const float* values = nullptr;
@@ -1432,8 +1433,8 @@ private:
   /// Cluster pairs for smoothing of two or more components where the search reads the values
   /// from global memory (the banded loop), and of four where they are staged; one thread per
   /// point for the rest: the faster of the two on the 4M row (RESULTS.md, issue 22; with staged
-  /// values on the H200, points against clusters: 2 components 3.05 against 3.53 ms, 3
-  /// components 3.43 against 3.67, 4 components 4.11 against 4.05). NEIGHBORGRID_TILES_LOOP=
+  /// values on the H200, points against clusters: 2 components 2.87 against 3.46 ms, 3
+  /// components 3.10 against 3.61, 4 components 4.09 against 3.96). NEIGHBORGRID_TILES_LOOP=
   /// points|clusters (a benchmarking knob) takes one for every operation.
   template <class Op>
   static bool usesClusterPairs(bool stagesValues)
@@ -1466,8 +1467,9 @@ private:
     TileSearch search = search_;
     if constexpr (termsVanishAtRadius<Op>())
     {
-      // Staged values of several components take more shared memory a point than an index: a
-      // capacity that fits the index (sort) may not fit them, and the banded loop stages indices.
+      // Staged values of three or four components take more shared memory a point than an index:
+      // a capacity that fits the index (sort) may not fit them (a region of thousands of points),
+      // and the banded loop stages indices.
       search.clusterPairs = usesClusterPairs<Op>(stagedComponents<Op, false>() > 0);
       if (!hugeCells_ && sharedBytes<Op, false>(search) <= std::size_t(run.device->sharedMemoryPerBlock - staticSharedBytes))
       {
