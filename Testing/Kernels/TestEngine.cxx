@@ -623,6 +623,31 @@ Cloud denseBall(double radius, std::uint64_t seed)
   return c;
 }
 
+/// 6 x 6 x 6 cells of R / 2, each with `perCell` uniform points: Staged Tiles takes tiles of one
+/// cell there, and a tile's region (5^3 cells) stages about 125 perCell points.
+Cloud fullCellsOfHalfRadius(double radius, int perCell, std::uint64_t seed)
+{
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  Cloud c;
+  c.name = "full-cells";
+  c.asFloat = true;
+  const double side = 0.5 * radius;
+  for (int cell = 0; cell < 216; ++cell)
+  {
+    const int place[3] = { cell % 6, (cell / 6) % 6, cell / 36 };
+    for (int k = 0; k < perCell; ++k)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        c.xyz.push_back(side * (place[a] + unit(rng)));
+      }
+    }
+  }
+  ngtest::finishCloud(c, rng);
+  return c;
+}
+
 /// An environment knob set for one scope (also when an assertion leaves it early).
 struct ScopedKnob
 {
@@ -641,6 +666,45 @@ struct ScopedKnob
 // not fit shared memory ("ball"). "sparse" is 2,000 uniform points in a box of 8 with R = 0.3:
 // about one point per occupied cell of R, so with cells of R every point looks up its 27 cells
 // (StagedTiles::sort).
+// Band-free smoothing stages its values in shared memory, 24 bytes a point for three components
+// and 32 for four (cluster pairs): a region of about 8,750 points fits shared memory as particles
+// and indices but not with those values, and such a pass takes the banded loop, which stages
+// indices. Every width must still match the double reference there.
+TEST(EngineMethods, StagedTilesSmoothRegionsTooFullForStagedValues)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
+  }
+  const double radius = 0.4;
+  const Cloud cloud = fullCellsOfHalfRadius(radius, 70, 31);
+  const Reference ref(cloud, radius);
+  Engine engine;
+  Request r = baseRequest(cloud, radius, Method::StagedTiles);
+  r.operation = Operation::Smoothing;
+  struct Width
+  {
+    const std::vector<float>* values;
+    int components;
+  };
+  for (const Width& w : { Width{ &cloud.scalar, 1 }, Width{ &cloud.vector3, 3 }, Width{ &cloud.tensor9, 9 } })
+  {
+    SCOPED_TRACE(std::to_string(w.components) + " components");
+    const auto want = ref.smooth(cloud, Kernel::CubicSpline, *w.values, w.components, true, nullptr, 1.0);
+    const auto scale = ref.smooth(cloud, Kernel::CubicSpline, *w.values, w.components, true, nullptr, 1.0, true);
+    std::vector<float> got(w.values->size(), -1.0f);
+    r.smoothed = { { w.values->data(), w.components, got.data(), "field" } };
+    const Report report = engine.run(r);
+    // Which loop ran shows in the pairs decided in double (the banded loop decides some, the
+    // staged one none); printed, not asserted: it follows the device's shared memory.
+    std::cout << "  " << w.components << " components: " << report.pairsDecidedInDouble << " pairs decided in double\n";
+    for (std::size_t k = 0; k < got.size(); ++k)
+    {
+      ASSERT_NEAR(got[k], want[k], 1e-5 * std::max(std::abs(want[k]), scale[k])) << "entry " << k;
+    }
+  }
+}
+
 TEST(EngineMethods, StagedTilesLoopsAreExact)
 {
   if (backendUnderTest != Backend::CUDA)
