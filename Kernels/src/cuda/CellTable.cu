@@ -447,18 +447,23 @@ void SlotCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, in
   SlotInsert insert;
   if (!prepare(run, layout, cellSize, slotsPerCell, insert))
   {
-    // Rank the cells with the radix sort; the rank is the slot, the radix lookup finds it.
-    std::int32_t* slotOf = slotOf_.ensure(std::size_t(n), "cell slot of each point");
-    ranks_.build(run, layout, cellSize, true);
-    ranks_.cellOfInput(run, slotOf);
-    table_ = ranks_.table();
-    slots_ = table_.cells;
+    rankCells(run, layout, cellSize);
     return;
   }
   // No count of the occupied cells comes back to the host: nothing reads it, and waiting for it
   // was a host round trip in every sort of Counting Sort, FENNS and CLAWS.
   insertPointKeys<<<blocksFor(n), 256, 0, run.stream>>>(insert, static_cast<int>(n));
   NG_CUDA_CHECK_LAUNCH("insertPointKeys");
+}
+
+void SlotCells::rankCells(CudaRun& run, const KeyLayout& layout, double cellSize)
+{
+  // Rank the cells with the radix sort; the rank is the slot, the radix lookup finds it.
+  std::int32_t* slotOf = slotOf_.ensure(std::size_t(run.count), "cell slot of each point");
+  ranks_.build(run, layout, cellSize, true);
+  ranks_.cellOfInput(run, slotOf);
+  table_ = ranks_.table();
+  slots_ = table_.cells;
 }
 
 bool SlotCells::prepare(CudaRun& run, const KeyLayout& layout, double cellSize, int slotsPerCell, SlotInsert& insert)

@@ -208,7 +208,7 @@ public:
       count(insert);
       return;
     }
-    build(run, layout, cellSize, slotsPerCell);
+    rankCells(run, layout, cellSize); // prepare() found that build() would rank them
     count(SlotsGiven{ slotOf() });
   }
   std::int32_t slots() const { return slots_; }
@@ -218,6 +218,8 @@ public:
   std::int64_t heldBytes() const;
 
 private:
+  /// build() where the cells are ranked (ranksCells).
+  void rankCells(CudaRun& run, const KeyLayout& layout, double cellSize);
   DeviceBuffer<BitsSlot> bitsSlots_;
   DeviceBuffer<std::int32_t> slotOf_;
   RadixCells ranks_; // ranksCells()
