@@ -188,6 +188,35 @@ struct KeyLayout
       c[a] = lowest[a] + static_cast<double>((key >> shift[a]) & mask);
     }
   }
+  /// A Bits key's cell as integer offsets from the lowest cell of each axis.
+  NG_HD void offsetsOfBitsKey(std::uint64_t key, std::int64_t offset[3]) const
+  {
+    const int next[3] = { shift[1], shift[2], bits };
+    for (int a = 0; a < 3; ++a)
+    {
+      offset[a] = static_cast<std::int64_t>((key >> shift[a]) & ((std::uint64_t(1) << (next[a] - shift[a])) - 1));
+    }
+  }
+  /// The Bits key of the cell at integer offsets from the lowest cells, or false where an offset
+  /// leaves its axis' bits. Offsets within the bits but beyond the bounds give keys no point has
+  /// (the lookup finds no cell), as bitsKey's out-of-bounds cells do. Integers only: the GPU
+  /// searches look up thousands of cells a block (bitsKey from double coordinates costs about
+  /// ten times the instructions).
+  NG_HD bool bitsKeyOfOffsets(const std::int64_t offset[3], std::uint64_t& key) const
+  {
+    const int next[3] = { shift[1], shift[2], bits };
+    key = 0;
+    for (int a = 0; a < 3; ++a)
+    {
+      const std::uint64_t o = static_cast<std::uint64_t>(offset[a]);
+      if ((o >> (next[a] - shift[a])) != 0)
+      {
+        return false;
+      }
+      key |= o << shift[a];
+    }
+    return true;
+  }
   NG_HD void cellOfWideKey(const WideKey& key, double c[3]) const
   {
     c[0] = fromOrderedBits(key.word[2]);

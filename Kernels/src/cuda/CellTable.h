@@ -29,6 +29,15 @@ struct CellTable
   bool cellsAreSlots = false;              // Bits slot tables: cell id = slot, its key in the slot
 
   NG_HD int find(const double c[3]) const { return lookup.find(layout, c); }
+  /// Bits keys: the cell at integer offsets from the lowest cells (KeyLayout::bitsKeyOfOffsets),
+  /// or -1 where no point lies.
+  NG_HD int findAtOffsets(const std::int64_t offset[3]) const
+  {
+    std::uint64_t key;
+    return layout.bitsKeyOfOffsets(offset, key) ? lookup.findBits(key) : -1;
+  }
+  /// Bits keys: cell id -> key.
+  NG_HD std::uint64_t bitsKeyOf(int cell) const { return cellsAreSlots ? lookup.bitsSlots[cell].key : bitsKeys[cell]; }
   NG_HD void coordinates(int cell, double c[3]) const
   {
     if (layout.mode == KeyMode::Wide)
@@ -37,7 +46,7 @@ struct CellTable
     }
     else
     {
-      layout.cellOfBitsKey(cellsAreSlots ? lookup.bitsSlots[cell].key : bitsKeys[cell], c);
+      layout.cellOfBitsKey(bitsKeyOf(cell), c);
     }
   }
 };

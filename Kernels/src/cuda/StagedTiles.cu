@@ -108,6 +108,66 @@ __device__ __forceinline__ void tileOf(const double c[3], int side, double ancho
   }
 }
 
+/// A tile's lowest cell (its anchor), and cell k's place in the tile. Bits keys (no huge cell:
+/// makeKeyLayout) keep the anchor as integer offsets from the layout's lowest cells, so that the
+/// cells around it are found without floating point (cellNearAnchor); Wide keys keep its
+/// coordinates (tileOf). Both make the tiles of tileOf.
+struct TileAnchor
+{
+  double cell[3];         // Wide keys: the anchor's cell coordinates
+  std::int64_t offset[3]; // Bits keys: the anchor's offsets from the lowest cells
+  int place[3];           // cell k's place in its tile
+};
+
+/// The tile of cell k of `fine`, tiles of side^3 cells (side 1, 2 or 4).
+__device__ TileAnchor tileAnchorOf(const CellTable& fine, int k, int side)
+{
+  TileAnchor t;
+  if (fine.layout.mode != KeyMode::Wide)
+  {
+    fine.layout.offsetsOfBitsKey(fine.bitsKeyOf(k), t.offset);
+    for (int a = 0; a < 3; ++a)
+    {
+      // The cell coordinate modulo side, rounded towards minus infinity as tileOf's floor: the
+      // low bits of its two's complement (the lowest cell is an integer below 2^53).
+      t.place[a] = int((static_cast<std::int64_t>(fine.layout.lowest[a]) + t.offset[a]) & (side - 1));
+      t.offset[a] -= t.place[a];
+    }
+  }
+  else
+  {
+    double c[3];
+    fine.coordinates(k, c);
+    tileOf(c, side, t.cell, t.place);
+  }
+  return t;
+}
+
+/// The cell at (dx, dy, dz) cells from a tile's anchor, or -1 where no point lies (or where the
+/// step leaves a huge axis: offsetCell).
+__device__ __forceinline__ int cellNearAnchor(const CellTable& fine, const TileAnchor& t, int dx, int dy, int dz)
+{
+  if (fine.layout.mode != KeyMode::Wide)
+  {
+    const std::int64_t offset[3] = { t.offset[0] + dx, t.offset[1] + dy, t.offset[2] + dz };
+    return fine.findAtOffsets(offset);
+  }
+  double cell[3];
+  return offsetCell(t.cell, dx, dy, dz, cell) ? fine.find(cell) : -1;
+}
+
+/// Cell m's place (x, y, z) in a row-major cube of S^3 cells, for m < 512 and S <= 8, given
+/// inverseS = 1.0f / S: a float multiply divides exactly there ((m + 0.5) / S lies at least
+/// 1 / (2 S) from an integer, the product within 6e-5 of it), where an integer division by a
+/// runtime S takes about twenty instructions.
+__device__ __forceinline__ void placeInCube(int m, int S, float inverseS, int& x, int& y, int& z)
+{
+  const int row = int((m + 0.5f) * inverseS);
+  z = int((row + 0.5f) * inverseS);
+  y = row - z * S;
+  x = m - row * S;
+}
+
 /// flags[k] = 1 when occupied fine cell k is the first occupied cell of its tile (row-major).
 __global__ void markTileLeaders(CellTable fine, int side, std::int32_t* __restrict__ flags)
 {
@@ -116,23 +176,15 @@ __global__ void markTileLeaders(CellTable fine, int side, std::int32_t* __restri
   {
     return;
   }
-  double c[3], anchor[3];
-  int place[3];
-  fine.coordinates(k, c);
-  tileOf(c, side, anchor, place);
-  const int mine = place[0] + side * (place[1] + side * place[2]);
+  const TileAnchor tile = tileAnchorOf(fine, k, side);
+  const int mine = tile.place[0] + side * (tile.place[1] + side * tile.place[2]);
+  const float inverseSide = 1.0f / side;
   int leader = 1;
   for (int m = 0; m < mine && leader; ++m)
   {
-    const int at[3] = { m % side, (m / side) % side, m / (side * side) };
-    double other[3];
-    bool exists = true;
-    for (int a = 0; a < 3; ++a)
-    {
-      exists = exists && (at[a] == 0 || !isHugeCell(c[a]));
-      other[a] = anchor[a] + at[a];
-    }
-    if (exists && fine.find(other) >= 0)
+    int x, y, z;
+    placeInCube(m, side, inverseSide, x, y, z);
+    if (cellNearAnchor(fine, tile, x, y, z) >= 0)
     {
       leader = 0;
     }
@@ -161,18 +213,17 @@ __device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, int reach,
 }
 
 /// The tile's own fine cells' points, summed over a warp (every lane gets the sum).
-__device__ int ownPointsOfTile(const TileSearch& g, const double anchor[3], int lane)
+__device__ int ownPointsOfTile(const TileSearch& g, const TileAnchor& tile, int lane)
 {
   const int side = g.side;
+  const float inverseSide = 1.0f / side;
   int own = 0;
   for (int m = lane; m < side * side * side; m += 32)
   {
-    double cell[3];
-    if (offsetCell(anchor, m % side, (m / side) % side, m / (side * side), cell))
-    {
-      const int k = g.fine.find(cell);
-      own += k >= 0 ? g.fine.start[k + 1] - g.fine.start[k] : 0;
-    }
+    int x, y, z;
+    placeInCube(m, side, inverseSide, x, y, z);
+    const int k = cellNearAnchor(g.fine, tile, x, y, z);
+    own += k >= 0 ? g.fine.start[k + 1] - g.fine.start[k] : 0;
   }
   for (int d = 16; d > 0; d /= 2)
   {
@@ -184,11 +235,7 @@ __device__ int ownPointsOfTile(const TileSearch& g, const double anchor[3], int 
 /// Tile `tile`'s work items, by one warp.
 __device__ void listChunksOfTile(const TileSearch& g, int tile, int lane, int2* __restrict__ items, int* __restrict__ itemCount)
 {
-  double leader[3], anchor[3];
-  int place[3];
-  g.fine.coordinates(g.leaders[tile], leader);
-  tileOf(leader, g.side, anchor, place);
-  const int own = ownPointsOfTile(g, anchor, lane);
+  const int own = ownPointsOfTile(g, tileAnchorOf(g.fine, g.leaders[tile], g.side), lane);
   const int per = chunkPointsFor(own, g.side, g.reach, g.capacity);
   const int chunks = max(1, (own + per - 1) / per);
   int first = 0;
@@ -1010,10 +1057,11 @@ using TileScan = cub::BlockScan<int, tileThreads>;
 
 /// Each staged cell's range in global memory (hash lookups) and in shared memory (a block scan);
 /// returns the staged points' total.
-__device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, const double anchor[3], StagedCells& cells,
+__device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, const TileAnchor& tile, StagedCells& cells,
   TileScan::TempStorage& scanStorage)
 {
   const int S = r.S, reach = r.reach;
+  const float inverseS = 1.0f / S;
   int counts[2], offsets[2];
   for (int e = 0; e < 2; ++e)
   {
@@ -1021,15 +1069,13 @@ __device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, cons
     int first = 0, count = 0;
     if (k < r.stagedCells)
     {
-      double cell[3];
-      if (offsetCell(anchor, k % S - reach, (k / S) % S - reach, k / (S * S) - reach, cell))
+      int x, y, z;
+      placeInCube(k, S, inverseS, x, y, z);
+      const int m = cellNearAnchor(g.fine, tile, x - reach, y - reach, z - reach);
+      if (m >= 0)
       {
-        const int m = g.fine.find(cell);
-        if (m >= 0)
-        {
-          first = g.fine.start[m];
-          count = g.fine.start[m + 1] - first;
-        }
+        first = g.fine.start[m];
+        count = g.fine.start[m + 1] - first;
       }
       cells.cellFirst[k] = first;
     }
@@ -1103,7 +1149,8 @@ __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stag
   if (runBegin < runEnd)
   {
     int k = lastAtMost(r.cellStart, r.stagedCells, runBegin);
-    int x = k % S, y = (k / S) % S, z = k / (S * S);
+    int x, y, z;
+    placeInCube(k, S, 1.0f / S, x, y, z);
     for (int q = runBegin; q < runEnd; ++q)
     {
       while (r.cellStart[k + 1] <= q)
@@ -1191,11 +1238,7 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   region.sentinel = g.capacity;
 
   const int2 item = g.items[blockIdx.x];
-  double leader[3], anchor[3];
-  int place[3];
-  g.fine.coordinates(g.leaders[item.x], leader);
-  tileOf(leader, g.side, anchor, place);
-  const int stagedTotal = placeStagedCells(g, region, anchor, cells, scanStorage);
+  const int stagedTotal = placeStagedCells(g, region, tileAnchorOf(g.fine, g.leaders[item.x], g.side), cells, scanStorage);
   placeOwnCells(region, cells);
   const bool fits = stagedTotal <= g.capacity;
   if (fits)
