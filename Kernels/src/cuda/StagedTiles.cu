@@ -580,27 +580,39 @@ constexpr int candidatesPerStep()
   return std::is_same<Op, CountOperation>::value ? 2 : 1;
 }
 
-/// The rows of cells (5 along x) that reach within R of point p of staged cell (x, y, z),
-/// trimmed to the cells its sphere spans (as searchFromGlobal), written to the thread's column of
-/// `rows` as (first, one-past-last) staged positions in 16 bits each. Returns the steps of the
-/// pair loop over them (PerStep candidates a step).
-template <int PerStep>
-__device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRegion& r, const Particle& p, int x, int y,
-  int z, std::uint32_t* rows)
+/// The rows of cells (2 Reach + 1 along x) that reach within R of point p of staged cell
+/// (x, y, z), trimmed to the cells its sphere spans (as searchFromGlobal), written to the thread's
+/// column of `rows` as (first, one-past-last) staged positions in 16 bits each. Returns the steps
+/// of the pair loop over them (PerStep candidates a step). Unrolled for the reach: each gap along
+/// y and z is found once, and the rows' places are constants (the loops over a runtime reach took
+/// about 40 instructions a row, a seventh of the 4M count search's instructions).
+template <int PerStep, int Reach>
+__device__ __forceinline__ int listPointRowsOf(const TileSearch& g, const StagedRegion& r, const Particle& p, int x,
+  int y, int z, std::uint32_t* rows)
 {
-  int rowCount = 0, steps = 0;
-  for (int dz = -r.reach; dz <= r.reach; ++dz)
+  float gapY2[2 * Reach + 1], gapZ2[2 * Reach + 1];
+#pragma unroll
+  for (int d = -Reach; d <= Reach; ++d)
   {
-    const float gz = gapTo(p.z, z + dz, dz);
-    for (int dy = -r.reach; dy <= r.reach; ++dy)
+    const float gy = gapTo(p.y, y + d, d), gz = gapTo(p.z, z + d, d);
+    gapY2[d + Reach] = gy * gy;
+    gapZ2[d + Reach] = gz * gz;
+  }
+  std::uint32_t* column = rows + threadIdx.x;
+  int rowCount = 0, steps = 0;
+#pragma unroll
+  for (int dz = -Reach; dz <= Reach; ++dz)
+  {
+#pragma unroll
+    for (int dy = -Reach; dy <= Reach; ++dy)
     {
-      const float gy = gapTo(p.y, y + dy, dy);
-      const float rest = g.cullLimit - (gy * gy + gz * gz);
+      // cullLimit's margin (1e-4, relative and absolute) lies far above the rounding of the sum.
+      const float rest = g.cullLimit - (gapY2[dy + Reach] + gapZ2[dz + Reach]);
       if (rest < 0.0f)
       {
         continue;
       }
-      int first = x - r.reach, last = x + r.reach;
+      int first = x - Reach, last = x + Reach;
       if (rest == rest && p.x == p.x)
       {
         // The margin of 1e-4 cells lies far above the approximate root's error (2^-22 relative).
@@ -612,13 +624,21 @@ __device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRe
       const int begin = r.cellStart[row + first], end = r.cellStart[row + last + 1];
       if (end > begin)
       {
-        rows[rowCount * tileThreads + threadIdx.x] = std::uint32_t(begin) | (std::uint32_t(end) << 16);
+        column[rowCount * tileThreads] = std::uint32_t(begin) | (std::uint32_t(end) << 16);
         ++rowCount;
         steps += (end - begin + PerStep - 1) / PerStep;
       }
     }
   }
   return steps;
+}
+
+template <int PerStep>
+__device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRegion& r, const Particle& p, int x, int y,
+  int z, std::uint32_t* rows)
+{
+  return r.reach == 2 ? listPointRowsOf<PerStep, 2>(g, r, p, x, y, z, rows)
+                      : listPointRowsOf<PerStep, 1>(g, r, p, x, y, z, rows);
 }
 
 /// Point si (pi): the candidates in the rows of its column (listPointRows, `steps` steps), its
