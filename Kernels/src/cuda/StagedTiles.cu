@@ -585,7 +585,7 @@ constexpr int candidatesPerStep()
 /// column of `rows` as (first, one-past-last) staged positions in 16 bits each. Returns the steps
 /// of the pair loop over them (PerStep candidates a step). Unrolled for the reach: each gap along
 /// y and z is found once, and the rows' places are constants (the loops over a runtime reach took
-/// about 40 instructions a row, a seventh of the 4M count search's instructions).
+/// about 40 instructions a row, an eighth of the 4M density search's instructions).
 template <int PerStep, int Reach>
 __device__ __forceinline__ int listPointRowsOf(const TileSearch& g, const StagedRegion& r, const Particle& p, int x,
   int y, int z, std::uint32_t* rows)
