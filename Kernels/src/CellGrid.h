@@ -199,9 +199,9 @@ struct KeyLayout
   }
   /// The Bits key of the cell at integer offsets from the lowest cells, or false where an offset
   /// leaves its axis' bits. Offsets within the bits but beyond the bounds give keys no point has
-  /// (the lookup finds no cell), as bitsKey's out-of-bounds cells do. Integers only: the GPU
-  /// searches look up thousands of cells a block (bitsKey from double coordinates costs about
-  /// ten times the instructions).
+  /// (the lookup finds no cell), as bitsKey's out-of-bounds cells do. Integers only, for the GPU
+  /// searches' lookups of hundreds of cells a block: with bitsKey from double coordinates those
+  /// took about 8% of the 4M density search's instructions (RESULTS.md, issue 22).
   NG_HD bool bitsKeyOfOffsets(const std::int64_t offset[3], std::uint64_t& key) const
   {
     const int next[3] = { shift[1], shift[2], bits };
