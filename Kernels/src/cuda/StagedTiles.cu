@@ -162,6 +162,7 @@ __device__ __forceinline__ int cellNearAnchor(const CellTable& fine, const TileA
 /// runtime S takes about twenty instructions.
 __device__ __forceinline__ void placeInCube(int m, int S, float inverseS, int& x, int& y, int& z)
 {
+  static_assert(maxStagedSide <= 8 && maxStagedCells <= 512, "placeInCube divides exactly up to 512 cells of S <= 8");
   const int row = int((m + 0.5f) * inverseS);
   z = int((row + 0.5f) * inverseS);
   y = row - z * S;
