@@ -9,8 +9,16 @@
 // last slice is copied out by all of them. A larger transfer keeps whole slices, one a worker:
 // there many slices are in flight, and a pipeline of shared slices waits on each one's DMA in
 // turn (4 GB of results downloaded at 34 GB/s instead of 48). The issuing thread puts each
-// slice on the stream once its pieces are copied (upload), or hands it to the workers once its
-// DMA is done (download). Host memory: the ring only.
+// group of slices on the stream once their pieces are copied (upload), or hands them to the
+// workers once their copy is done (download). Host memory: the ring only.
+//
+// How a group crosses the bus (groupEnd; H200 machine, 15 workers copying beside it): in a
+// transfer that fits the ring, a kernel reads the pinned slices (or writes them), where the copy
+// engine lost most to the workers' use of host memory. 48 MiB up: 1.04 ms with kernels over
+// groups of 1, 2, 4, then 8 slices, against 1.30-1.36 ms with a DMA a slice (probe); the engine's
+// coordinates stage at 4M points 1.47-1.49 ms against 1.83-1.85. Downloads keep one slice a
+// group (16 MiB: groups of halving size were no faster in the engine). Larger uploads keep the
+// DMA, in groups of 4 slices (768 MiB: 15.5 ms; a DMA a slice 17.2, kernels of 4 slices 16.7).
 #pragma once
 
 #include "../CoordinateBounds.h"
@@ -74,11 +82,19 @@ private:
     const char* what = "";
     CoordinateBounds* bounds = nullptr; // uploadCoordinates(): the bounds of what is copied
     bool boundsOfDoubles = false;
+    bool fitsRing = false; // every chunk has a slot of its own
   };
 
   void prepare();
   void run(const Transfer& t);
-  void issue(const Transfer& t, std::int64_t chunk);
+  /// Puts chunks [first, end) on the stream as one copy, and an event for each of their slots.
+  void issue(const Transfer& t, std::int64_t first, std::int64_t end);
+  /// The end of the group that starts at chunk `first`, the transfer's `group`-th (see above);
+  /// a group never wraps around the ring.
+  std::int64_t groupEnd(const Transfer& t, std::int64_t first, int group) const;
+  /// Whether chunk k's slot is ready for its copy on the stream: an upload's chunk k is in it, a
+  /// download's previous chunk in that slot has been copied out.
+  bool slotReady(const Transfer& t, std::int64_t k) const;
   /// A worker's share of a transfer: copySlices, then its bounds into the transfer's.
   void copyShare(const Transfer& t);
   void copySlices(const Transfer& t, CoordinateBounds& bounds);
@@ -126,6 +142,7 @@ private:
   std::exception_ptr failure_;
 
   int device_ = -1;
+  bool kernelsReachSlots_ = false; // unified addressing: a kernel can copy a slot (issue)
   PinnedBuffer<char> ring_;
   cudaEvent_t events_[slots] = {};
 };
