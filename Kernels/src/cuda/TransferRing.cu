@@ -331,11 +331,14 @@ void TransferRing::copySlices(const Transfer& t, CoordinateBounds& bounds)
 
 std::int64_t TransferRing::groupEnd(const Transfer& t, std::int64_t first, int group) const
 {
-  std::int64_t size = 1; // a download: its first slice reaches the workers early
-  if (t.toDevice)
+  std::int64_t size = 1; // a download within the ring: its first slice reaches the workers early
+  if (!t.fitsRing)
   {
-    // 1, 2, 4, then 8 slices: the first starts early, the later ones leave no gaps between them
-    size = t.fitsRing ? std::int64_t(1) << std::min(group, 3) : 4;
+    size = t.toDevice ? 8 : 4;
+  }
+  else if (t.toDevice)
+  {
+    size = std::int64_t(1) << std::min(group, 3); // 1, 2, 4, then 8: the first starts early
   }
   const std::int64_t ringEnd = (first / slots + 1) * slots;
   return std::min({ t.chunks, first + size, ringEnd });

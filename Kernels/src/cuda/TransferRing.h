@@ -16,9 +16,12 @@
 // transfer that fits the ring, a kernel reads the pinned slices (or writes them), where the copy
 // engine lost most to the workers' use of host memory. 48 MiB up: 1.04 ms with kernels over
 // groups of 1, 2, 4, then 8 slices, against 1.30-1.36 ms with a DMA a slice (probe); the engine's
-// coordinates stage at 4M points 1.47-1.49 ms against 1.83-1.85. Downloads keep one slice a
-// group (16 MiB: groups of halving size were no faster in the engine). Larger uploads keep the
-// DMA, in groups of 4 slices (768 MiB: 15.5 ms; a DMA a slice 17.2, kernels of 4 slices 16.7).
+// coordinates stage at 4M points 1.47-1.49 ms against 1.83-1.85. Downloads within the ring keep
+// one slice a group (16 MiB: groups of halving size were no faster in the engine). Larger
+// transfers keep the DMA, in groups of 8 slices up and 4 down: 768 MiB up in 15.5 ms with groups
+// of 4 (probe; a DMA a slice 17.2, kernels of 4 slices 16.7); in the engine's 64M run (the last
+// run's stages, three rounds) 768 MiB up in 15.47-15.60 ms with groups of 8 (15.56-15.67 with 4),
+// 256 MiB down in 5.24-5.27 ms with groups of 4 (5.53-5.55 with one slice).
 #pragma once
 
 #include "../CoordinateBounds.h"
