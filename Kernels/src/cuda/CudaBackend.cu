@@ -303,8 +303,8 @@ public:
       (problem.method == Method::Auto && autoReadsBulk(problem));
     problem.boundsStretched = readsBulk && !problem.imagesByBackend &&
       findBulkExtent(points.xyz, n, isDouble, problem.lo, problem.hi, problem.bulkLo, problem.bulkHi);
-    // No wait for the last slices' DMA: the host goes on to plan the run and launch the sort,
-    // which the stream runs after the DMA. The coordinates stage still ends when the last of them
+    // No wait for the last slices' copies: the host goes on to plan the run and launch the sort,
+    // which the stream runs after them. The coordinates stage still ends when the last of them
     // is on the device (collectStageTimes).
     NG_CUDA_CHECK(cudaEventRecord(coordinatesArrived_, stream_), "uploading coordinates");
     coordinatesInFlight_ = true;
@@ -1453,9 +1453,9 @@ private:
     NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "finishing");
     if (coordinatesInFlight_)
     {
-      // The engine timed prepareCoordinates on the host, which returns before the DMA of the last
-      // slices is done (and after it where periodic images waited for it): the stage lasts until
-      // both are.
+      // The engine timed prepareCoordinates on the host, which returns before the last slices'
+      // copies are done (and after them where periodic images waited for them): the stage lasts
+      // until both are.
       coordinatesInFlight_ = false;
       float arrived = 0.0f;
       NG_CUDA_CHECK(cudaEventElapsedTime(&arrived, coordinatesBegan_, coordinatesArrived_), "reading stage times");
