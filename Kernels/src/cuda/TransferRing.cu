@@ -232,11 +232,7 @@ void TransferRing::workerLoop()
       }
       abort_ = true;
     }
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (--busy_ == 0)
-    {
-      finished_.notify_one();
-    }
+    busy_.fetch_sub(1, std::memory_order_release); // after the failure, if any, is recorded
   }
 }
 
@@ -422,7 +418,7 @@ void TransferRing::run(const Transfer& given)
   {
     std::lock_guard<std::mutex> lock(mutex_);
     current_ = &t;
-    busy_ = static_cast<int>(workers_.size());
+    busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
     ++generation_;
   }
   wake_.notify_all();
@@ -466,9 +462,15 @@ void TransferRing::run(const Transfer& given)
     issuing = std::current_exception();
     abort_ = true;
   }
+  // Spun, not slept on a condition variable: a download ends when the last worker does (H200,
+  // four rounds taking turns: the 4M row's end to end 0.04-0.14 ms shorter in three, 0.9 in one
+  // where the sleeping version ran slow; periodic 0.05-0.30 ms shorter in all four).
+  while (busy_.load(std::memory_order_acquire) != 0)
   {
-    std::unique_lock<std::mutex> lock(mutex_);
-    finished_.wait(lock, [&] { return busy_ == 0; });
+    std::this_thread::yield();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
     current_ = nullptr;
   }
   if (issuing)

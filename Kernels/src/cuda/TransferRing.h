@@ -127,9 +127,9 @@ private:
   void workerLoop();
   std::vector<std::thread> workers_;
   std::mutex mutex_;
-  std::condition_variable wake_, finished_;
+  std::condition_variable wake_;
   std::uint64_t generation_ = 0;
-  int busy_ = 0;
+  std::atomic<int> busy_{ 0 }; // workers still on the current transfer
   bool quit_ = false;
   const Transfer* current_ = nullptr;
 
