@@ -786,6 +786,105 @@ TEST(EngineMethods, StagedTilesLoopsAreExact)
   }
 }
 
+/// 12,000 uniform points in a box of 4 (about 100 neighbors at R = 0.5) and, 1.5 beyond it, three
+/// clumps of 4 x 4 x 4 cells of R / 2 with 16 points each. A clump's region fits a tile's shared
+/// memory, and a row of cells across a clump holds about 64 points: more than the 31 of a narrow
+/// row entry, so its rows split into pieces, and a point with nine such rows has more pieces than
+/// its 25 entries and walks its rows without a list.
+Cloud clumpsBesideUniform(std::uint64_t seed)
+{
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  Cloud c = ngtest::makeCloud("uniform", 12000, 4.0, seed);
+  c.name = "clumps beside uniform";
+  const double corners[][3] = { { 5.5, 0.5, 0.5 }, { 0.5, 5.5, 2.5 }, { 5.5, 5.5, 1.5 } };
+  for (const auto& corner : corners)
+  {
+    for (int cell = 0; cell < 64; ++cell)
+    {
+      const int place[3] = { cell % 4, (cell / 4) % 4, cell / 16 };
+      for (int k = 0; k < 16; ++k)
+      {
+        for (int a = 0; a < 3; ++a)
+        {
+          c.xyz.push_back(corner[a] + 0.25 * (place[a] + unit(rng)));
+        }
+      }
+    }
+  }
+  ngtest::finishCloud(c, rng);
+  return c;
+}
+
+// Narrow row entries (16 bits) are taken where they let one more block share an SM; rows longer
+// than an entry holds split into pieces, and a point with more pieces than entries walks its rows
+// without a list. Both formats, both reaches, every operation of the loop per point: exact.
+TEST(EngineMethods, StagedTilesRowFormatsAreExact)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
+  }
+  const double radius = 0.5;
+  for (const Cloud& cloud : { clumpsBesideUniform(41), starsAtTheRadius(radius, 43) })
+  {
+    const Reference ref(cloud, radius);
+    const auto rhoRef = ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0);
+    const auto smooth1Ref = ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0);
+    const auto smooth1Scale = ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0, true);
+    const auto smooth3Ref = ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0);
+    const auto smooth3Scale = ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0, true);
+    for (const char* variant : { "1 narrow", "1 wide", "2 narrow", "2 wide" })
+    {
+      const std::string reach(variant, 1), rows(variant + 2);
+      SCOPED_TRACE(cloud.name + ", NEIGHBORGRID_TILES_REACH=" + reach + ", NEIGHBORGRID_TILES_ROWS=" + rows);
+      const ScopedKnob reachKnob("NEIGHBORGRID_TILES_REACH", reach.c_str());
+      const ScopedKnob rowsKnob("NEIGHBORGRID_TILES_ROWS", rows.c_str());
+      const ScopedKnob loopKnob("NEIGHBORGRID_TILES_LOOP", "points");
+      Engine engine;
+      Request r = baseRequest(cloud, radius, Method::StagedTiles);
+      expectCountsAndDensity(engine, r, cloud, ref, rhoRef);
+      if (HasFatalFailure())
+      {
+        return;
+      }
+      r.operation = Operation::Smoothing;
+      std::vector<float> smooth1(cloud.size(), -1.0f), smooth3(3 * cloud.size(), -1.0f);
+      r.smoothed = { { cloud.scalar.data(), 1, smooth1.data(), "scalar" } };
+      engine.run(r);
+      r.smoothed = { { cloud.vector3.data(), 3, smooth3.data(), "vector" } };
+      engine.run(r);
+      for (std::size_t k = 0; k < smooth1.size(); ++k)
+      {
+        ASSERT_NEAR(smooth1[k], smooth1Ref[k], 1e-5 * std::max(std::abs(smooth1Ref[k]), smooth1Scale[k])) << "entry " << k;
+      }
+      for (std::size_t k = 0; k < smooth3.size(); ++k)
+      {
+        ASSERT_NEAR(smooth3[k], smooth3Ref[k], 1e-5 * std::max(std::abs(smooth3Ref[k]), smooth3Scale[k])) << "entry " << k;
+      }
+    }
+  }
+
+  // A misspelled knob is an error that names it, and the output stays untouched.
+  const ScopedKnob knob("NEIGHBORGRID_TILES_ROWS", "short");
+  const Cloud cloud = ngtest::makeCloud("clustered", 2000, 8.0, 3);
+  Engine engine;
+  Request r = baseRequest(cloud, 0.5, Method::StagedTiles);
+  r.operation = Operation::Density;
+  std::vector<float> rho(cloud.size(), -1.0f);
+  r.density = rho.data();
+  try
+  {
+    engine.run(r);
+    ADD_FAILURE() << "a misspelled NEIGHBORGRID_TILES_ROWS ran";
+  }
+  catch (const Error& e)
+  {
+    EXPECT_NE(std::string(e.what()).find("NEIGHBORGRID_TILES_ROWS"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::all_of(rho.begin(), rho.end(), [](float v) { return v == -1.0f; }));
+}
+
 // --- Exactness at the cutoff ----------------------------------------------------------------
 /// Pairs at distance R and within a few units in the last place of it, far apart from each other,
 /// around `origin`, in the caller's type (float or double). Each pair's second point is the first

@@ -26,6 +26,10 @@
 //  - Inside the block the staged points keep the global order (row-major by fine cell), so a
 //    row of five cells is one contiguous range of shared memory: 25 loops per point, no per-cell
 //    lookups. Threads of a warp take neighboring points and so read the same rows (broadcasts).
+//    Each point lists its rows in shared memory, 25 entries a thread, in 16 bits instead of 32
+//    where that lets one more block share an SM (RowFormat). What bounds the loop is shared
+//    memory: on the 4M rows the L1's shared-memory pipe ran at 84-93% of its peak, half of its
+//    wavefronts bank conflicts between the lanes' different candidates (RESULTS.md, issue 22).
 //  - Smoothing stages the (weighted) values it smooths beside the points, so that no pair reads
 //    global memory (stagedComponents; not where pairs are decided in double).
 //  - Two inner loops over a staged tile. Count, density and smoothing of up to three staged
@@ -55,7 +59,9 @@
 
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <string>
+#include <utility>
 
 namespace neighborgrid
 {
@@ -568,8 +574,55 @@ __device__ void searchFromGlobal(
 // Each point lists the rows of staged cells its sphere reaches and tests every candidate in
 // them: about 2.5 candidates per neighbor at 80 neighbors.
 
-/// Shared memory for the row lists: 25 rows of (first, one-past-last) per thread.
-constexpr int rowListBytes = (2 * maxReach + 1) * (2 * maxReach + 1) * tileThreads * 4;
+/// A point's rows in its thread's column of shared memory, an entry a row. Wide entries hold the
+/// row's first and one-past-last staged positions in 16 bits each. Narrow entries hold its first
+/// position in 11 bits and its length in 5, so a row longer than 31 candidates takes several
+/// entries: the lists take half the shared memory, and where that lets one more block share an SM
+/// (density: five blocks instead of four; two or three staged components: four instead of
+/// three) the search takes them (StagedTiles::usesNarrowRows). A point whose pieces would not fit its 25
+/// entries (rows through cells of a dense clump) walks its rows without a list
+/// (searchPointRows).
+template <bool Narrow>
+struct RowFormat
+{
+  using Entry = std::uint32_t;
+  static constexpr bool narrow = false; // a row is one entry: a region stages at most 65,535 points
+  __device__ static Entry encode(int first, int length)
+  {
+    return std::uint32_t(first) | (std::uint32_t(first + length) << 16);
+  }
+  __device__ static void decode(unsigned entry, int& first, int& end)
+  {
+    first = int(entry & 0xffffu);
+    end = int(entry >> 16);
+  }
+};
+
+template <>
+struct RowFormat<true>
+{
+  using Entry = std::uint16_t;
+  static constexpr bool narrow = true;
+  static constexpr int positionBits = 11;
+  static constexpr int maxPosition = (1 << positionBits) - 1; // the largest capacity it serves
+  static constexpr int maxLength = (1 << (16 - positionBits)) - 1;
+  __device__ static Entry encode(int first, int length) { return Entry(first | (length << positionBits)); }
+  __device__ static void decode(unsigned entry, int& first, int& end)
+  {
+    first = int(entry & unsigned(maxPosition));
+    end = first + int(entry >> positionBits);
+  }
+};
+
+/// A point's rows of cells: 25 at reach 2.
+constexpr int maxPointRows = (2 * maxReach + 1) * (2 * maxReach + 1);
+
+/// Shared memory for the row lists: maxPointRows entries per thread.
+template <bool Narrow>
+constexpr int rowListBytes()
+{
+  return maxPointRows * tileThreads * int(sizeof(typename RowFormat<Narrow>::Entry));
+}
 
 /// Neighbor Count tests two candidates of a row per step (the second, past the row's end, is the
 /// sentinel at infinity): a row change and a loop step serve two pair tests. On the 4M row on the
@@ -581,34 +634,45 @@ constexpr int candidatesPerStep()
   return std::is_same<Op, CountOperation>::value ? 2 : 1;
 }
 
-/// The rows of cells (2 Reach + 1 along x) that reach within R of point p of staged cell
-/// (x, y, z), trimmed to the cells its sphere spans (as searchFromGlobal), written to the thread's
-/// column of `rows` as (first, one-past-last) staged positions in 16 bits each. Returns the steps
-/// of the pair loop over them (PerStep candidates a step). Unrolled for the reach: each gap along
-/// y and z is found once, and the rows' places are constants (the loops over a runtime reach took
-/// about 40 instructions a row, an eighth of the 4M density search's instructions).
-template <int PerStep, int Reach>
-__device__ __forceinline__ int listPointRowsOf(const TileSearch& g, const StagedRegion& r, const Particle& p, int x,
-  int y, int z, std::uint32_t* rows)
+/// Calls visitRow(first, end) for each row of cells (2 Reach + 1 along x) that reaches within R
+/// of point p of staged cell (x, y, z) and holds staged points, trimmed to the cells its sphere
+/// spans (as searchFromGlobal), as staged positions [first, end). Unrolled (Unroll = 2 Reach + 1) for the lists: each gap along y and z is found once,
+/// and the rows' places are constants (the loops over a runtime reach took about 40 instructions
+/// a row, an eighth of the 4M density search's instructions); not unrolled (1) for the rare
+/// points that walk their rows without a list.
+template <int Reach, int Unroll = 2 * Reach + 1, class VisitRow>
+__device__ __forceinline__ void forEachPointRow(const TileSearch& g, const StagedRegion& r, const Particle& p, int x,
+  int y, int z, VisitRow&& visitRow)
 {
-  float gapY2[2 * Reach + 1], gapZ2[2 * Reach + 1];
-#pragma unroll
-  for (int d = -Reach; d <= Reach; ++d)
+  // The squared gaps: in registers when unrolled; found again a row when not (an array indexed
+  // by a loop counter would live in local memory).
+  float gapsY2[2 * Reach + 1], gapsZ2[2 * Reach + 1];
+  if constexpr (Unroll > 1)
   {
-    const float gy = gapTo(p.y, y + d, d), gz = gapTo(p.z, z + d, d);
-    gapY2[d + Reach] = gy * gy;
-    gapZ2[d + Reach] = gz * gz;
-  }
-  std::uint32_t* column = rows + threadIdx.x;
-  int rowCount = 0, steps = 0;
 #pragma unroll
+    for (int d = -Reach; d <= Reach; ++d)
+    {
+      const float gy = gapTo(p.y, y + d, d), gz = gapTo(p.z, z + d, d);
+      gapsY2[d + Reach] = gy * gy;
+      gapsZ2[d + Reach] = gz * gz;
+    }
+  }
+  auto squaredGap = [&](const float* gaps2, float at, int cell, int d) {
+    if constexpr (Unroll > 1)
+    {
+      return gaps2[d + Reach];
+    }
+    const float gap = gapTo(at, cell + d, d);
+    return gap * gap;
+  };
+#pragma unroll Unroll
   for (int dz = -Reach; dz <= Reach; ++dz)
   {
-#pragma unroll
+#pragma unroll Unroll
     for (int dy = -Reach; dy <= Reach; ++dy)
     {
       // cullLimit's margin (1e-4, relative and absolute) lies far above the rounding of the sum.
-      const float rest = g.cullLimit - (gapY2[dy + Reach] + gapZ2[dz + Reach]);
+      const float rest = g.cullLimit - (squaredGap(gapsY2, p.y, y, dy) + squaredGap(gapsZ2, p.z, z, dz));
       if (rest < 0.0f)
       {
         continue;
@@ -625,84 +689,90 @@ __device__ __forceinline__ int listPointRowsOf(const TileSearch& g, const Staged
       const int begin = r.cellStart[row + first], end = r.cellStart[row + last + 1];
       if (end > begin)
       {
-        column[rowCount * tileThreads] = std::uint32_t(begin) | (std::uint32_t(end) << 16);
-        ++rowCount;
-        steps += (end - begin + PerStep - 1) / PerStep;
+        visitRow(begin, end);
       }
     }
   }
-  return steps;
 }
 
-template <int PerStep>
-__device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRegion& r, const Particle& p, int x, int y,
-  int z, std::uint32_t* rows)
+/// Point p's rows (forEachPointRow) written to the thread's column of `rows`, in Format's
+/// entries. Returns the steps of the pair loop over them (PerStep candidates a step), or -1 when
+/// narrow entries would not fit the column. The listing runs to its end either way: with an
+/// early exit from it the 4M density search issued 1.7 times the warp instructions (fewer lanes
+/// together in the sweep) and took 3.2 ms instead of 2.1 (RESULTS.md, issue 22).
+template <int PerStep, int Reach, class Format>
+__device__ __forceinline__ int listPointRowsOf(const TileSearch& g, const StagedRegion& r, const Particle& p, int x,
+  int y, int z, typename Format::Entry* rows)
 {
-  return r.reach == 2 ? listPointRowsOf<PerStep, 2>(g, r, p, x, y, z, rows)
-                      : listPointRowsOf<PerStep, 1>(g, r, p, x, y, z, rows);
+  typename Format::Entry* column = rows + threadIdx.x;
+  int rowCount = 0, steps = 0;
+  forEachPointRow<Reach>(g, r, p, x, y, z, [&](int begin, int end) {
+    if constexpr (!Format::narrow)
+    {
+      column[rowCount * tileThreads] = Format::encode(begin, end - begin);
+      ++rowCount;
+      steps += (end - begin + PerStep - 1) / PerStep;
+    }
+    else
+    {
+      for (int first = begin; first < end; first += Format::maxLength)
+      {
+        const int length = min(Format::maxLength, end - first);
+        if (rowCount < maxPointRows)
+        {
+          column[rowCount * tileThreads] = Format::encode(first, length);
+        }
+        ++rowCount;
+        steps += (length + PerStep - 1) / PerStep;
+      }
+    }
+  });
+  return rowCount <= maxPointRows ? steps : -1;
 }
 
-/// Point si (pi): the candidates in the rows of its column (listPointRows, `steps` steps), its
-/// sums and its result; Banded as addFloatPair.
-template <bool Banded, class Op>
-__device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op, const StagedRegion& r,
-  const std::uint32_t* column, int steps, const Particle& pi, int si, unsigned long long* decided)
+template <int PerStep, class Format>
+__device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRegion& r, const Particle& p, int x, int y,
+  int z, typename Format::Entry* rows)
+{
+  return r.reach == 2 ? listPointRowsOf<PerStep, 2, Format>(g, r, p, x, y, z, rows)
+                      : listPointRowsOf<PerStep, 1, Format>(g, r, p, x, y, z, rows);
+}
+
+/// Point si (pi): its sums and its result over the candidates that sweep(visit, flush) hands to
+/// visit one by one, calling flush every 16 candidates or so; Banded as addFloatPair.
+template <bool Banded, class Op, class Sweep>
+__device__ __forceinline__ void sumPointPairs(const TileSearch& g, const Op& op, const StagedRegion& r,
+  const Particle& pi, int si, unsigned long long* decided, Sweep&& sweep)
 {
   using Value = typename Op::Value;
-  constexpr int perStep = candidatesPerStep<Op>();
   RegisterSums<Op> acc;
   unsigned decidedHere = 0;
-  // The rows as one sequence: every thread of a warp tests one step's candidates until its own
-  // run out, so threads with short rows do not wait for threads with long ones. Terms go to a
-  // plain float sum that joins the compensated one every 16 candidates.
+  // Terms go to a plain float sum that joins the compensated one at every flush.
   Value partial[Op::Terms];
   for (int a = 0; a < Op::Terms; ++a)
   {
     partial[a] = 0;
   }
-  // A row's entry holds its first and one-past-last staged positions; the next entry is a
-  // pointer step away. Every instruction of the row change issues for every step (predicated
-  // off where the row goes on), so it is kept to four.
-  auto sweep = [&](auto&& visit) {
-    const std::uint32_t* nextRow = column;
-    int q = 0, end = 0;
-    for (int chunk = 0; chunk < steps; chunk += 16 / perStep)
+  auto flush = [&]() {
+    acc.addTerms(partial);
+    for (int a = 0; a < Op::Terms; ++a)
     {
-      const int chunkSteps = min(16 / perStep, steps - chunk);
-      for (int step = 0; step < chunkSteps; ++step)
-      {
-        if (q >= end)
-        {
-          const std::uint32_t entry = *nextRow;
-          nextRow += tileThreads;
-          q = int(entry & 0xffffu);
-          end = int(entry >> 16);
-        }
-        visit(q);
-        if constexpr (perStep == 2)
-        {
-          visit(q + 1 < end ? q + 1 : r.sentinel);
-        }
-        q += perStep;
-      }
-      acc.addTerms(partial);
-      for (int a = 0; a < Op::Terms; ++a)
-      {
-        partial[a] = 0;
-      }
+      partial[a] = 0;
     }
   };
   // First pass: the pairs the float test decides (addFloatPair). The pairs within rounding of R
   // (about one point in 50 at 80 neighbors has one) are counted and the last one remembered, so
   // only a point with two or more sweeps its rows again.
   int bandPairs = 0, bandAt = 0;
-  sweep([&](int q) {
-    if (addFloatPair<Banded>(g, op, r, pi, q, partial))
-    {
-      ++bandPairs;
-      bandAt = q;
-    }
-  });
+  sweep(
+    [&](int q) {
+      if (addFloatPair<Banded>(g, op, r, pi, q, partial))
+      {
+        ++bandPairs;
+        bandAt = q;
+      }
+    },
+    flush);
   if constexpr (Banded)
   {
     // The pairs within rounding of R, decided in double from the input coordinates (PairTest.h).
@@ -723,17 +793,76 @@ __device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op
     }
     else if (bandPairs > 1)
     {
-      sweep(decideInDouble);
+      sweep(decideInDouble, flush);
     }
   }
-  acc.addTerms(partial);
+  flush();
   acc.finish(op, si, g.orderToInput[si]);
   addDecided(decided, decidedHere);
 }
 
-template <bool Banded, class Op>
-__device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedRegion& r, std::uint32_t* rows,
-  int chunkBegin, int chunkEnd, unsigned long long* decided)
+/// Point si (pi) over the rows of its column (listPointRows, `steps` steps).
+template <bool Banded, class Format, class Op>
+__device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op, const StagedRegion& r,
+  const typename Format::Entry* column, int steps, const Particle& pi, int si, unsigned long long* decided)
+{
+  constexpr int perStep = candidatesPerStep<Op>();
+  // The rows as one sequence: every thread of a warp tests one step's candidates until its own
+  // run out, so threads with short rows do not wait for threads with long ones. Every
+  // instruction of the row change issues for every step (predicated off where the row goes on),
+  // so it is kept to four or five.
+  sumPointPairs<Banded>(g, op, r, pi, si, decided, [&](auto&& visit, auto&& flush) {
+    const typename Format::Entry* nextRow = column;
+    int q = 0, end = 0;
+    for (int chunk = 0; chunk < steps; chunk += 16 / perStep)
+    {
+      const int chunkSteps = min(16 / perStep, steps - chunk);
+      for (int step = 0; step < chunkSteps; ++step)
+      {
+        if (q >= end)
+        {
+          Format::decode(*nextRow, q, end);
+          nextRow += tileThreads;
+        }
+        visit(q);
+        if constexpr (perStep == 2)
+        {
+          visit(q + 1 < end ? q + 1 : r.sentinel);
+        }
+        q += perStep;
+      }
+      flush();
+    }
+  });
+}
+
+/// Point si (pi) over its rows found as it goes (forEachPointRow): a point whose narrow entries
+/// would not fit its column. A call, so that the search's own loop keeps its code and registers
+/// (inlined, it took the 4M density search from 2.10 to 2.18 ms); its arguments go by value (by
+/// reference the kernel's parameters and region lived in local memory for the whole search: 3.5
+/// ms).
+template <bool Banded, int Reach, class Op>
+__device__ __noinline__ void sweepPointRowsUnlisted(const TileSearch g, const Op op, const StagedRegion r,
+  const Particle pi, int si, int x, int y, int z, unsigned long long* decided)
+{
+  sumPointPairs<Banded>(g, op, r, pi, si, decided, [&](auto&& visit, auto&& flush) {
+    forEachPointRow<Reach, 1>(g, r, pi, x, y, z, [&](int begin, int end) {
+      for (int q = begin; q < end; ++q)
+      {
+        visit(q);
+        if (((q - begin) & 15) == 15)
+        {
+          flush();
+        }
+      }
+      flush();
+    });
+  });
+}
+
+template <bool Banded, class Format, class Op>
+__device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedRegion& r,
+  typename Format::Entry* rows, int chunkBegin, int chunkEnd, unsigned long long* decided)
 {
   for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
   {
@@ -741,8 +870,22 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
     const int k = r.ownCell(t, x, y, z, offset);
     const int si = r.cellFirst[k] + offset;
     const Particle pi = r.points[r.cellStart[k] + offset];
-    const int steps = listPointRows<candidatesPerStep<Op>()>(g, r, pi, x, y, z, rows);
-    sweepPointRows<Banded>(g, op, r, rows + threadIdx.x, steps, pi, si, decided);
+    const int steps = listPointRows<candidatesPerStep<Op>(), Format>(g, r, pi, x, y, z, rows);
+    if (!Format::narrow || steps >= 0)
+    {
+      sweepPointRows<Banded, Format>(g, op, r, rows + threadIdx.x, steps, pi, si, decided);
+    }
+    else if constexpr (Format::narrow)
+    {
+      if (r.reach == 2)
+      {
+        sweepPointRowsUnlisted<Banded, 2>(g, op, r, pi, si, x, y, z, decided);
+      }
+      else
+      {
+        sweepPointRowsUnlisted<Banded, 1>(g, op, r, pi, si, x, y, z, decided);
+      }
+    }
   }
 }
 
@@ -1217,8 +1360,9 @@ __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stag
 
 /// One block per work item (a tile and a chunk of its own points); blocks beyond the item count
 /// (on the device) return at once. Banded as addFloatPair: false only where the operation's terms
-/// vanish at R and no point lies in a huge cell (StagedTiles::reachesHugeCells).
-template <class Op, bool Banded>
+/// vanish at R and no point lies in a huge cell (StagedTiles::reachesHugeCells). NarrowRows: the
+/// loop per point keeps its rows in RowFormat<true>'s entries.
+template <class Op, bool Banded, bool NarrowRows>
 __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, Op op, unsigned long long* decided)
 {
   extern __shared__ float4 stagedMemory[];
@@ -1281,7 +1425,8 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   }
   else
   {
-    searchPointRows<Banded>(g, op, region, static_cast<std::uint32_t*>(scratch), chunkBegin, chunkEnd, decided);
+    using Format = RowFormat<NarrowRows>;
+    searchPointRows<Banded, Format>(g, op, region, static_cast<typename Format::Entry*>(scratch), chunkBegin, chunkEnd, decided);
   }
 }
 
@@ -1348,7 +1493,7 @@ public:
     // Tiles as large as shared memory allows for the data's points per occupied cell.
     // Survivor lists hold staged positions in 16 bits, the sentinel's (= capacity) included.
     const int maxCapacity = std::min(65535,
-      (run.device->sharedMemoryPerBlock - staticSharedBytes - std::max(rowListBytes, clusterListBytes)) / stagedPointBytes - 1);
+      (run.device->sharedMemoryPerBlock - staticSharedBytes - std::max(rowListBytes<false>(), clusterListBytes)) / stagedPointBytes - 1);
     side_ = maxTileSide;
     while (side_ > 1 && perCell * std::pow(side_ + 2 * reach_, 3) > 0.5 * maxCapacity)
     {
@@ -1544,19 +1689,73 @@ private:
     search.clusterPairs = usesClusterPairs<Op>(false);
     launchSearch<Op, true>(run, search, op);
   }
-  template <class Op, bool Banded>
+  template <class Op, bool Banded, bool NarrowRows = false>
   std::size_t sharedBytes(const TileSearch& search) const
   {
     return std::size_t(capacity_ + 1) * stagedPointBytesFor<Op, Banded>() +
-      (search.clusterPairs ? clusterListBytes : rowListBytes);
+      (search.clusterPairs ? clusterListBytes : rowListBytes<NarrowRows>());
   }
   template <class Op, bool Banded>
   void launchSearch(CudaRun& run, const TileSearch& search, const Op& op)
   {
-    const std::size_t bytes = sharedBytes<Op, Banded>(search);
+    if (usesNarrowRows<Op, Banded>(run, search))
+    {
+      launchSearchKernel<Op, Banded, true>(run, search, op);
+    }
+    else
+    {
+      launchSearchKernel<Op, Banded, false>(run, search, op);
+    }
+  }
+  template <class Op, bool Banded, bool NarrowRows>
+  void launchSearchKernel(CudaRun& run, const TileSearch& search, const Op& op)
+  {
+    const std::size_t bytes = sharedBytes<Op, Banded, NarrowRows>(search);
     allowDynamicSharedMemory(
-      stagedTilesSearch<Op, Banded>, run.device->id, bytes, "allowing the staged tiles' shared memory");
-    stagedTilesSearch<Op, Banded><<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
+      stagedTilesSearch<Op, Banded, NarrowRows>, run.device->id, bytes, "allowing the staged tiles' shared memory");
+    stagedTilesSearch<Op, Banded, NarrowRows><<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
+  }
+
+  /// Narrow row entries (RowFormat<true>) where they let more blocks share an SM than wide ones
+  /// and the tile's capacity fits their positions: on the 4M row on the H200, density
+  /// 2.18-2.19 -> 2.14-2.15 ms (five blocks), Shepard smoothing of two and three components
+  /// 2.64 -> 2.51 and 2.94-2.96 -> 2.86-2.89 (four); count, four blocks either way, 2.03 ->
+  /// 2.17 with narrow entries (RESULTS.md, issue 22).
+  /// NEIGHBORGRID_TILES_ROWS=narrow|wide (a testing and benchmarking knob) takes one wherever the
+  /// capacity allows.
+  template <class Op, bool Banded>
+  bool usesNarrowRows(const CudaRun& run, const TileSearch& search)
+  {
+    const char* knob = std::getenv("NEIGHBORGRID_TILES_ROWS");
+    const std::string rows = knob ? knob : "";
+    if (knob && rows != "narrow" && rows != "wide")
+    {
+      throw Error("NeighborGrid: NEIGHBORGRID_TILES_ROWS is '" + rows + "'; it takes 'narrow' or 'wide'");
+    }
+    if (search.clusterPairs || capacity_ > RowFormat<true>::maxPosition)
+    {
+      return false;
+    }
+    if (knob)
+    {
+      return rows == "narrow";
+    }
+    return blocksPerSm<Op, Banded, true>(run, search) > blocksPerSm<Op, Banded, false>(run, search);
+  }
+  /// The search's resident blocks an SM, asked of the driver once a kernel and size.
+  template <class Op, bool Banded, bool NarrowRows>
+  int blocksPerSm(const CudaRun& run, const TileSearch& search)
+  {
+    auto* kernel = stagedTilesSearch<Op, Banded, NarrowRows>;
+    const std::size_t bytes = sharedBytes<Op, Banded, NarrowRows>(search);
+    int& blocks = residentBlocks_[{ reinterpret_cast<const void*>(kernel), bytes }];
+    if (blocks == 0)
+    {
+      allowDynamicSharedMemory(kernel, run.device->id, bytes, "allowing the staged tiles' shared memory");
+      NG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, tileThreads, bytes),
+        "the staged tiles' resident blocks");
+    }
+    return blocks;
   }
 
   RadixCells cells_;
@@ -1575,6 +1774,7 @@ private:
   int side_ = maxTileSide;
   int capacity_ = 0;
   int items_ = 0; // the search's blocks: the work items, or a bound on them
+  std::map<std::pair<const void*, std::size_t>, int> residentBlocks_;
 };
 
 } // namespace
