@@ -660,6 +660,49 @@ struct ScopedKnob
   const char* name;
 };
 
+/// What a loop of Staged Tiles must match on a cloud: the double references of count, density
+/// (Wendland C2, the cloud's masses) and Shepard smoothing (cubic spline) of its scalar and its
+/// 3-vector, with the smoothing's rounding scales.
+struct LoopReference
+{
+  LoopReference(const Cloud& cloud, double radius)
+    : ref(cloud, radius)
+    , rho(ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0))
+    , smooth1(ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0))
+    , smooth1Scale(ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0, true))
+    , smooth3(ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0))
+    , smooth3Scale(ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0, true))
+  {
+  }
+  Reference ref;
+  std::vector<double> rho, smooth1, smooth1Scale, smooth3, smooth3Scale;
+};
+
+/// Counts and density (expectCountsAndDensity), then Shepard smoothing of the scalar and the
+/// 3-vector, each against `want`.
+void expectLoopResults(Engine& engine, Request r, const Cloud& cloud, const LoopReference& want)
+{
+  expectCountsAndDensity(engine, r, cloud, want.ref, want.rho);
+  if (::testing::Test::HasFatalFailure())
+  {
+    return;
+  }
+  r.operation = Operation::Smoothing;
+  std::vector<float> smooth1(cloud.size(), -1.0f), smooth3(3 * cloud.size(), -1.0f);
+  r.smoothed = { { cloud.scalar.data(), 1, smooth1.data(), "scalar" } };
+  engine.run(r);
+  r.smoothed = { { cloud.vector3.data(), 3, smooth3.data(), "vector" } };
+  engine.run(r);
+  for (std::size_t k = 0; k < smooth1.size(); ++k)
+  {
+    ASSERT_NEAR(smooth1[k], want.smooth1[k], 1e-5 * std::max(std::abs(want.smooth1[k]), want.smooth1Scale[k])) << "entry " << k;
+  }
+  for (std::size_t k = 0; k < smooth3.size(); ++k)
+  {
+    ASSERT_NEAR(smooth3[k], want.smooth3[k], 1e-5 * std::max(std::abs(want.smooth3[k]), want.smooth3Scale[k])) << "entry " << k;
+  }
+}
+
 // Staged Tiles has two loops over a staged tile (one thread per point; cluster pairs) and picks
 // one per operation, on cells of R / 2 or of R (reach 2 or 1) by the data's density, and on
 // sparse data a search by point; each must be exact for every operation, also where a tile does
@@ -720,12 +763,7 @@ TEST(EngineMethods, StagedTilesLoopsAreExact)
       : std::string(kind) == "ball"                 ? denseBall(radius, 9)
       : sparse                                      ? ngtest::makeCloud("uniform", 2000, 8.0, 23)
                                                     : ngtest::makeCloud(kind, 6000, 8.0, 17);
-    const Reference ref(cloud, radius);
-    const auto rhoRef = ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0);
-    const auto smooth1Ref = ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0);
-    const auto smooth1Scale = ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0, true);
-    const auto smooth3Ref = ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0);
-    const auto smooth3Scale = ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0, true);
+    const LoopReference want(cloud, radius);
     for (const char* variant : { "1 points", "1 clusters", "2 points", "2 clusters" })
     {
       const std::string reach(variant, 1), loop(variant + 2);
@@ -738,24 +776,10 @@ TEST(EngineMethods, StagedTilesLoopsAreExact)
       std::vector<std::int32_t> counts(cloud.size(), -7);
       r.neighborCount = counts.data();
       decided += engine.run(r).pairsDecidedInDouble;
-      expectCountsAndDensity(engine, r, cloud, ref, rhoRef);
+      expectLoopResults(engine, r, cloud, want);
       if (HasFatalFailure())
       {
-        break;
-      }
-      r.operation = Operation::Smoothing;
-      std::vector<float> smooth1(cloud.size(), -1.0f), smooth3(3 * cloud.size(), -1.0f);
-      r.smoothed = { { cloud.scalar.data(), 1, smooth1.data(), "scalar" } };
-      engine.run(r);
-      r.smoothed = { { cloud.vector3.data(), 3, smooth3.data(), "vector" } };
-      engine.run(r);
-      for (std::size_t k = 0; k < smooth1.size(); ++k)
-      {
-        ASSERT_NEAR(smooth1[k], smooth1Ref[k], 1e-5 * std::max(std::abs(smooth1Ref[k]), smooth1Scale[k])) << "entry " << k;
-      }
-      for (std::size_t k = 0; k < smooth3.size(); ++k)
-      {
-        ASSERT_NEAR(smooth3[k], smooth3Ref[k], 1e-5 * std::max(std::abs(smooth3Ref[k]), smooth3Scale[k])) << "entry " << k;
+        return;
       }
     }
   }
@@ -828,12 +852,7 @@ TEST(EngineMethods, StagedTilesRowFormatsAreExact)
   const double radius = 0.5;
   for (const Cloud& cloud : { clumpsBesideUniform(41), starsAtTheRadius(radius, 43) })
   {
-    const Reference ref(cloud, radius);
-    const auto rhoRef = ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0);
-    const auto smooth1Ref = ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0);
-    const auto smooth1Scale = ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0, true);
-    const auto smooth3Ref = ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0);
-    const auto smooth3Scale = ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0, true);
+    const LoopReference want(cloud, radius);
     for (const char* variant : { "1 narrow", "1 wide", "2 narrow", "2 wide" })
     {
       const std::string reach(variant, 1), rows(variant + 2);
@@ -842,25 +861,10 @@ TEST(EngineMethods, StagedTilesRowFormatsAreExact)
       const ScopedKnob rowsKnob("NEIGHBORGRID_TILES_ROWS", rows.c_str());
       const ScopedKnob loopKnob("NEIGHBORGRID_TILES_LOOP", "points");
       Engine engine;
-      Request r = baseRequest(cloud, radius, Method::StagedTiles);
-      expectCountsAndDensity(engine, r, cloud, ref, rhoRef);
+      expectLoopResults(engine, baseRequest(cloud, radius, Method::StagedTiles), cloud, want);
       if (HasFatalFailure())
       {
         return;
-      }
-      r.operation = Operation::Smoothing;
-      std::vector<float> smooth1(cloud.size(), -1.0f), smooth3(3 * cloud.size(), -1.0f);
-      r.smoothed = { { cloud.scalar.data(), 1, smooth1.data(), "scalar" } };
-      engine.run(r);
-      r.smoothed = { { cloud.vector3.data(), 3, smooth3.data(), "vector" } };
-      engine.run(r);
-      for (std::size_t k = 0; k < smooth1.size(); ++k)
-      {
-        ASSERT_NEAR(smooth1[k], smooth1Ref[k], 1e-5 * std::max(std::abs(smooth1Ref[k]), smooth1Scale[k])) << "entry " << k;
-      }
-      for (std::size_t k = 0; k < smooth3.size(); ++k)
-      {
-        ASSERT_NEAR(smooth3[k], smooth3Ref[k], 1e-5 * std::max(std::abs(smooth3Ref[k]), smooth3Scale[k])) << "entry " << k;
       }
     }
   }
