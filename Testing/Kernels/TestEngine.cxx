@@ -17,6 +17,8 @@
 #include <numeric>
 #include <random>
 #include <algorithm>
+#include <array>
+#include <set>
 
 using namespace neighborgrid;
 using ngtest::Cloud;
@@ -703,6 +705,29 @@ void expectLoopResults(Engine& engine, Request r, const Cloud& cloud, const Loop
   }
 }
 
+/// A Staged Tiles knob set to a value it does not take: the run is an error that names the knob,
+/// and the output stays untouched.
+void expectMisspelledKnobRefused(const char* name, const char* value)
+{
+  const ScopedKnob knob(name, value);
+  const Cloud cloud = ngtest::makeCloud("clustered", 2000, 8.0, 3);
+  Engine engine;
+  Request r = baseRequest(cloud, 0.5, Method::StagedTiles);
+  r.operation = Operation::Density;
+  std::vector<float> rho(cloud.size(), -1.0f);
+  r.density = rho.data();
+  try
+  {
+    engine.run(r);
+    ADD_FAILURE() << "a misspelled " << name << " ran";
+  }
+  catch (const Error& e)
+  {
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::all_of(rho.begin(), rho.end(), [](float v) { return v == -1.0f; }));
+}
+
 // Staged Tiles has two loops over a staged tile (one thread per point; cluster pairs) and picks
 // one per operation, on cells of R / 2 or of R (reach 2 or 1) by the data's density, and on
 // sparse data a search by point; each must be exact for every operation, also where a tile does
@@ -786,28 +811,8 @@ TEST(EngineMethods, StagedTilesLoopsAreExact)
   // The stars put pairs within rounding of R: both loops decided some in double.
   EXPECT_GT(decided, 0);
 
-  // A misspelled knob is an error that names it, and the output stays untouched.
-  for (const auto& misspelled : { std::make_pair("NEIGHBORGRID_TILES_LOOP", "cluster"),
-         std::make_pair("NEIGHBORGRID_TILES_REACH", "3") })
-  {
-    const ScopedKnob knob(misspelled.first, misspelled.second);
-    const Cloud cloud = ngtest::makeCloud("clustered", 2000, 8.0, 3);
-    Engine engine;
-    Request r = baseRequest(cloud, 0.5, Method::StagedTiles);
-    r.operation = Operation::NeighborCount;
-    std::vector<std::int32_t> counts(cloud.size(), -7);
-    r.neighborCount = counts.data();
-    try
-    {
-      engine.run(r);
-      ADD_FAILURE() << "a misspelled " << misspelled.first << " ran";
-    }
-    catch (const Error& e)
-    {
-      EXPECT_NE(std::string(e.what()).find(misspelled.first), std::string::npos) << e.what();
-    }
-    EXPECT_TRUE(std::all_of(counts.begin(), counts.end(), [](std::int32_t c) { return c == -7; }));
-  }
+  expectMisspelledKnobRefused("NEIGHBORGRID_TILES_LOOP", "cluster");
+  expectMisspelledKnobRefused("NEIGHBORGRID_TILES_REACH", "3");
 }
 
 /// 12,000 uniform points in a box of 4 (about 100 neighbors at R = 0.5) and, 1.5 beyond it, three
@@ -869,24 +874,64 @@ TEST(EngineMethods, StagedTilesRowFormatsAreExact)
     }
   }
 
-  // A misspelled knob is an error that names it, and the output stays untouched.
-  const ScopedKnob knob("NEIGHBORGRID_TILES_ROWS", "short");
-  const Cloud cloud = ngtest::makeCloud("clustered", 2000, 8.0, 3);
-  Engine engine;
-  Request r = baseRequest(cloud, 0.5, Method::StagedTiles);
-  r.operation = Operation::Density;
-  std::vector<float> rho(cloud.size(), -1.0f);
-  r.density = rho.data();
-  try
+  expectMisspelledKnobRefused("NEIGHBORGRID_TILES_ROWS", "short");
+}
+
+/// 6,000 distinct sites of a lattice of spacing R / 8 in a cube of 6 R (exact in float): in cells
+/// of R / 2 (or R) with four x bins a cell, every point lies on the edge of a bin, and many pairs
+/// lie exactly R apart, where the pair test decides in double.
+Cloud latticeOnBinEdges(double radius, std::uint64_t seed)
+{
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> site(0, 47);
+  Cloud c;
+  c.name = "lattice on the x bins' edges";
+  std::set<std::array<int, 3>> taken;
+  while (taken.size() < 6000)
   {
-    engine.run(r);
-    ADD_FAILURE() << "a misspelled NEIGHBORGRID_TILES_ROWS ran";
+    const std::array<int, 3> s = { site(rng), site(rng), site(rng) };
+    if (taken.insert(s).second)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        c.xyz.push_back(radius / 8.0 * s[a]);
+      }
+    }
   }
-  catch (const Error& e)
+  ngtest::finishCloud(c, rng);
+  return c;
+}
+
+// Each fine cell's points lie in the order of their x bins (RadixCells), and a point's rows end at
+// the bins its sphere reaches. One, two and four bins a cell, both reaches, points on the bins'
+// edges and pairs exactly R apart: exact.
+TEST(EngineMethods, StagedTilesXBinsAreExact)
+{
+  if (backendUnderTest != Backend::CUDA)
   {
-    EXPECT_NE(std::string(e.what()).find("NEIGHBORGRID_TILES_ROWS"), std::string::npos) << e.what();
+    GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
   }
-  EXPECT_TRUE(std::all_of(rho.begin(), rho.end(), [](float v) { return v == -1.0f; }));
+  const double radius = 0.5;
+  for (const Cloud& cloud : { latticeOnBinEdges(radius, 47), clumpsBesideUniform(53), starsAtTheRadius(radius, 59) })
+  {
+    const LoopReference want(cloud, radius);
+    for (const char* variant : { "1 1", "1 4", "2 1", "2 2", "2 4" })
+    {
+      const std::string reach(variant, 1), bins(variant + 2);
+      SCOPED_TRACE(cloud.name + ", NEIGHBORGRID_TILES_REACH=" + reach + ", NEIGHBORGRID_TILES_BINS=" + bins);
+      const ScopedKnob reachKnob("NEIGHBORGRID_TILES_REACH", reach.c_str());
+      const ScopedKnob binsKnob("NEIGHBORGRID_TILES_BINS", bins.c_str());
+      const ScopedKnob loopKnob("NEIGHBORGRID_TILES_LOOP", "points");
+      Engine engine;
+      expectLoopResults(engine, baseRequest(cloud, radius, Method::StagedTiles), cloud, want);
+      if (HasFatalFailure())
+      {
+        return;
+      }
+    }
+  }
+
+  expectMisspelledKnobRefused("NEIGHBORGRID_TILES_BINS", "3");
 }
 
 // --- Exactness at the cutoff ----------------------------------------------------------------

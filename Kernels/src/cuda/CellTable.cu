@@ -5,6 +5,7 @@
 #include <cub/device/device_run_length_encode.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cuda/std/tuple>
+#include <thrust/iterator/transform_iterator.h>
 
 #include <cstdlib>
 
@@ -39,19 +40,44 @@ __device__ __forceinline__ void makeKey(const KeyLayout& layout, const double c[
   key = layout.wideKey(c);
 }
 
+/// keys[i] = the key of input point i's cell, followed by its x bin (xBinBits low bits: xBinOf),
+/// and values[i] = i.
 template <class KeyT>
-__global__ void computeKeys(InputPoints input, int n, double size, KeyLayout layout, KeyT* __restrict__ keys,
-  std::int32_t* __restrict__ values)
+__global__ void computeKeys(InputPoints input, int n, double size, double inverse, int xBinBits, KeyLayout layout,
+  KeyT* __restrict__ keys, std::int32_t* __restrict__ values)
 {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n)
   {
-    double c[3];
-    inputCell(input, i, size, c);
-    makeKey(layout, c, keys[i]);
+    double x[3], c[3];
+    input.get(i, x[0], x[1], x[2]);
+    for (int a = 0; a < 3; ++a)
+    {
+      c[a] = cellCoordinate(x[a], size);
+    }
+    KeyT key;
+    makeKey(layout, c, key);
+    if constexpr (!std::is_same<KeyT, WideKey>::value)
+    {
+      if (xBinBits > 0)
+      {
+        // The frame coordinate as particlesInOrder writes it (inputParticle), so that the staged
+        // points of a cell lie in the order of their bins.
+        key = (key << xBinBits) | KeyT(xBinOf(frameCoordinate(x[0], c[0], size, inverse), xBinBits));
+      }
+    }
+    keys[i] = key;
     values[i] = i;
   }
 }
+
+/// A sorted key without its x bin: the cell's key.
+template <class KeyT>
+struct CellOfBinnedKey
+{
+  int xBinBits = 0;
+  __host__ __device__ KeyT operator()(const KeyT& key) const { return key >> xBinBits; }
+};
 
 /// keys[s] = the key of the cell of point s of `points`.
 template <class KeyT>
@@ -165,9 +191,10 @@ struct RadixBuild
   /// Sorts keys/values (DoubleBuffers in place), run-length encodes the sorted keys into
   /// `unique` and `counts`, and returns the number of cells.
   static int sortAndEncode(CudaRun& run, cub::DoubleBuffer<KeyT>& keys, cub::DoubleBuffer<std::int32_t>& values,
-    int bits, std::int32_t* counts, int* runCount, int* runCountHost, DeviceBuffer<unsigned char>& scratch,
-    std::int32_t* orderToInput, KeyT*& unique)
+    int bits, int xBinBits, std::int32_t* counts, int* runCount, int* runCountHost,
+    DeviceBuffer<unsigned char>& scratch, std::int32_t* orderToInput, KeyT*& unique)
   {
+    bits += xBinBits;
     const int n = static_cast<int>(run.count);
     std::size_t sortBytes = 0, encodeBytes = 0;
     if constexpr (std::is_same<KeyT, WideKey>::value)
@@ -202,15 +229,24 @@ struct RadixBuild
                       cudaMemcpyDeviceToDevice, run.stream),
         "moving the sorted order");
     }
-    // The keys' other buffer takes the unique keys.
+    // The keys' other buffer takes the unique keys: the cells' keys, without the x bins.
     unique = keys.Alternate();
+    if constexpr (!std::is_same<KeyT, WideKey>::value)
+    {
+      if (xBinBits > 0)
+      {
+        return encode(run, thrust::make_transform_iterator(keys.Current(), CellOfBinnedKey<KeyT>{ xBinBits }), unique,
+          counts, runCount, runCountHost, scratch);
+      }
+    }
     return encode(run, keys.Current(), unique, counts, runCount, runCountHost, scratch);
   }
 
   /// Run-length encodes grouped keys (every key's items adjacent) into `unique` and `counts`, and
   /// returns the number of cells.
-  static int encode(CudaRun& run, const KeyT* keys, KeyT* unique, std::int32_t* counts, int* runCount,
-    int* runCountHost, DeviceBuffer<unsigned char>& scratch)
+  template <class Keys>
+  static int encode(CudaRun& run, Keys keys, KeyT* unique, std::int32_t* counts, int* runCount, int* runCountHost,
+    DeviceBuffer<unsigned char>& scratch)
   {
     const int n = static_cast<int>(run.count);
     std::size_t encodeBytes = 0;
@@ -286,22 +322,30 @@ RadixCells::Region RadixCells::ensureRegion(std::int64_t n, KeyMode mode)
   return Region{ region, region + keyBytesAll, reinterpret_cast<std::int32_t*>(region + 2 * keyBytesAll) };
 }
 
-void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys)
+int RadixCells::xBinBitsFor(const KeyLayout& layout, int wanted)
+{
+  const int keyBits = layout.mode == KeyMode::Bits32 ? 32 : layout.mode == KeyMode::Bits64 ? 64 : 0;
+  return std::max(0, std::min({ wanted, maxXBinBits, keyBits - layout.bits }));
+}
+
+void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int xBinBits)
 {
   const std::int64_t n = run.count;
   const Region r = ensureRegion(n, layout.mode);
   std::int32_t* orderToInput = orderToInput_.get();
+  xBinBits_ = xBinBitsFor(layout, xBinBits);
   int cells = 0;
   void* uniqueKeys = nullptr;
   withKeyType(layout.mode, [&](auto keyTag) {
     using KeyT = decltype(keyTag);
-    computeKeys<KeyT><<<blocksFor(n), 256, 0, run.stream>>>(
-      run.input, static_cast<int>(n), cellSize, layout, static_cast<KeyT*>(r.keysA), r.valuesA);
+    // The inverse as particlesInOrder takes it, so that the bins come from the same frame coordinates.
+    computeKeys<KeyT><<<blocksFor(n), 256, 0, run.stream>>>(run.input, static_cast<int>(n), cellSize, 1.0 / cellSize,
+      xBinBits_, layout, static_cast<KeyT*>(r.keysA), r.valuesA);
     NG_CUDA_CHECK_LAUNCH("computeKeys");
     cub::DoubleBuffer<KeyT> keys(static_cast<KeyT*>(r.keysA), static_cast<KeyT*>(r.keysB));
     cub::DoubleBuffer<std::int32_t> values(r.valuesA, orderToInput);
     KeyT* unique = nullptr;
-    cells = RadixBuild<KeyT, WideKeyDecomposer>::sortAndEncode(run, keys, values, layout.bits, r.valuesA,
+    cells = RadixBuild<KeyT, WideKeyDecomposer>::sortAndEncode(run, keys, values, layout.bits, xBinBits_, r.valuesA,
       runCount_.get(), runCountHost_.get(), scratch_, orderToInput, unique);
     uniqueKeys = unique;
   });
@@ -317,6 +361,7 @@ void RadixCells::buildGrouped(CudaRun& run, const KeyLayout& layout, double cell
   NG_CUDA_CHECK(cudaMemcpyAsync(orderToInput_.get(), grouped, sizeof(std::int32_t) * std::size_t(n),
                   cudaMemcpyDeviceToDevice, run.stream),
     "taking the grouped order");
+  xBinBits_ = 0;
   int cells = 0;
   withKeyType(layout.mode, [&](auto keyTag) {
     using KeyT = decltype(keyTag);

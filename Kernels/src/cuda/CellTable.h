@@ -87,6 +87,17 @@ inline std::int64_t cellCapacity(std::int64_t n, const KeyLayout& layout)
   return n;
 }
 
+/// The bin of frame coordinate x (a point's place in its cell, [0, 1]) among 2^xBinBits equal
+/// bins along the cell's x axis: bin b holds [b, b + 1) / 2^xBinBits (the last also 1). The
+/// product is exact (a power of two), so the sort (RadixCells::build) and a search that stages
+/// the points find the same bin from the same float.
+__device__ __forceinline__ int xBinOf(float x, int xBinBits)
+{
+  const int bins = 1 << xBinBits;
+  const float scaled = x * float(bins);
+  return scaled > 0.0f ? min(bins - 1, int(scaled)) : 0; // NaN (a huge cell): bin 0
+}
+
 class RadixCells
 {
 public:
@@ -96,8 +107,16 @@ public:
   static std::int64_t plannedBytes(std::int64_t n, const KeyLayout& layout, bool keepKeys);
   /// Groups the run's points by cells of `cellSize`, keys by `layout`: orderToInput(), the cells
   /// in key order, a lookup table; particleRegion() (16 bytes per point) is then free for the
-  /// caller. keepKeys: the table can give each cell's coordinates.
-  void build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys);
+  /// caller. keepKeys: the table can give each cell's coordinates. xBinBits: up to that many bits
+  /// (xBinBitsFor) order each cell's points by their x bin (xBinOf), at no cost in memory; the
+  /// sort then takes those bits more.
+  void build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int xBinBits = 0);
+  /// The x bin bits build() takes for `wanted`: those the layout's key word leaves free (none for
+  /// Wide keys), at most maxXBinBits.
+  static int xBinBitsFor(const KeyLayout& layout, int wanted);
+  static constexpr int maxXBinBits = 2;
+  /// The x bin bits of the last build (0: a cell's points in input order).
+  int xBinBits() const { return xBinBits_; }
   /// The same without the sort, for points already grouped by these cells: `grouped` (run.count
   /// input indices) puts every cell's points next to each other (a Morton order of finer cells
   /// aligned to these), and inGroupedOrder holds their coordinates in that order (read as a
@@ -134,6 +153,7 @@ private:
   DeviceBuffer<int> runCount_;
   PinnedBuffer<int> runCountHost_;
   CellTable table_;
+  int xBinBits_ = 0;
 };
 
 /// One point's insertion into SlotCells' hashed table of occupied cells (SlotCells::prepare):

@@ -1208,8 +1208,8 @@ private:
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, coarse);
     const bool sparse = layout.mode == KeyMode::Wide || perCell < 0.2;
     // Dense data (at least 3 points per cell of size R, about 12 neighbors, from 1M points on):
-    // Staged Tiles. With many neighbors its culled rows of cells of R / 2 test 2.5 candidates per
-    // neighbor where the 27-cell search tests 6.6 (4M points, 80 neighbors: 2.73 ms against Radix
+    // Staged Tiles. With many neighbors its culled rows of cells of R / 2 test about 2.0
+    // candidates per neighbor where the 27-cell search tests 6.6 (4M points, 80 neighbors: 2.73 ms against Radix
     // Sort's 4.66); with fewer its tiles of cells of R stage 64 cells' points in shared memory
     // (8M points, 20 neighbors: 3.1 ms against 4.6). Its lookup table and kept keys need 29-61
     // bytes per point, so a billion points stay with Radix Sort (22 bytes).

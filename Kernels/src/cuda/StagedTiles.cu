@@ -14,8 +14,10 @@
 //  - Cells of R / 2 instead of R where the data are dense (reachFor). A point's neighbors lie
 //    within two cells on each axis, and the 5 x 5 x 5 cells around its own hold 125 / 8 = 15.6
 //    R^3 of candidates instead of 27 R^3. On top of that each point skips the rows of cells that
-//    lie beyond R from it and trims each row to the cells its sphere reaches, so it tests about
-//    2.5 candidates per neighbor instead of 6.6. With fewer than about 10 points per cell of R,
+//    lie beyond R from it and trims each row to the quarters of its end cells that its sphere
+//    reaches (each cell's points lie in the order of their quarter along x: two more bits of the
+//    sort's key, RadixCells), so it tests about 2.0 candidates per neighbor instead of 6.6 (2.5
+//    with whole cells; a Poisson cloud's estimate). With fewer than about 10 points per cell of R,
 //    cells of R (reach 1): a tile of 4^3 of them then stages 6^3 cells instead of 8^3 cells of
 //    R / 2 that hold a point or less each. Below about 1.6 points per cell of R no tile holds
 //    enough points to pay for staging, and each point looks up its 27 cells of R instead.
@@ -76,6 +78,7 @@ constexpr int maxTileSide = 4;                             // cells per tile and
 constexpr int maxStagedSide = maxTileSide + 2 * maxReach;  // 8
 constexpr int maxStagedCells = maxStagedSide * maxStagedSide * maxStagedSide; // 512
 constexpr int maxOwnCells = maxTileSide * maxTileSide * maxTileSide;          // 64
+constexpr int maxXBins = 1 << RadixCells::maxXBinBits;                         // 4
 static_assert(maxStagedCells == 2 * tileThreads, "the block scan takes two staged cells per thread");
 
 /// What the search kernel reads besides the operation.
@@ -91,6 +94,7 @@ struct TileSearch
   int reach = maxReach;                  // cells of R / reach: neighbors lie within `reach` cells
   int capacity = 0;                      // staged points that fit the block's shared memory
   float cullLimit = 0.0f;                // squared distance (fine-cell units) beyond which a row is skipped
+  int xBinBits = 0;                      // each fine cell's points in 2^xBinBits bins along x (RadixCells)
   bool clusterPairs = false;             // staged tiles: cluster pairs, or one thread per point
   PairTest test;
 };
@@ -346,14 +350,26 @@ __device__ __forceinline__ void loadStagedValues(const float* values, int q, flo
   }
 }
 
-/// The last k in [0, count) with start[k] <= value (start ascending, start[0] <= value).
-__device__ __forceinline__ int lastAtMost(const int* start, int count, int value)
+/// The last k in [0, count) with start[k] <= value (start ascending, start[0] <= value); start is
+/// an array or a function of k.
+__device__ __forceinline__ int at(const int* start, int k)
+{
+  return start[k];
+}
+template <class F>
+__device__ __forceinline__ int at(const F& start, int k)
+{
+  return start(k);
+}
+
+template <class Starts>
+__device__ __forceinline__ int lastAtMost(const Starts& start, int count, int value)
 {
   int lo = 0, hi = count - 1;
   while (lo < hi)
   {
     const int mid = (lo + hi + 1) >> 1;
-    if (start[mid] <= value)
+    if (at(start, mid) <= value)
     {
       lo = mid;
     }
@@ -407,7 +423,9 @@ struct StagedRegion
   int stagedCells = 1;
   int ownCells = 1;
   const int* cellFirst = nullptr;
-  const int* cellStart = nullptr;
+  const int* cellStart = nullptr;          // until the search (it shares the search's scratch)
+  const std::uint16_t* binStart = nullptr; // each staged cell's x bins in staged order (fits only)
+  int xBinBits = 0;
   const int* ownStart = nullptr;
   const Particle* points = nullptr;     // staged order, the block's frame; [capacity] is the sentinel
   const std::int32_t* index = nullptr;  // global index per staged point, or null (found from the cell)
@@ -425,6 +443,9 @@ struct StagedRegion
     offset = t - ownStart[m];
     return x + S * (y + S * z);
   }
+  /// Where staged cell k's points start in the staged order, during the search of a region that
+  /// fits (the first of its bins).
+  __device__ __forceinline__ int stagedStart(int k) const { return binStart[k << xBinBits]; }
   /// The global index of staged point q.
   __device__ __forceinline__ int globalOf(int q) const
   {
@@ -432,8 +453,8 @@ struct StagedRegion
     {
       return index[q];
     }
-    const int k = lastAtMost(cellStart, stagedCells, q);
-    return cellFirst[k] + (q - cellStart[k]);
+    const int k = lastAtMost([this](int c) { return stagedStart(c); }, stagedCells, q);
+    return cellFirst[k] + (q - stagedStart(k));
   }
 };
 
@@ -572,7 +593,7 @@ __device__ void searchFromGlobal(
 
 // --- A staged tile, one thread per point (count, density, one-component smoothing) -------------
 // Each point lists the rows of staged cells its sphere reaches and tests every candidate in
-// them: about 2.5 candidates per neighbor at 80 neighbors.
+// them: about 2.0 candidates per neighbor at 80 neighbors (forEachPointRow).
 
 /// A point's rows in its thread's column of shared memory, an entry a row. Wide entries hold the
 /// row's first and one-past-last staged positions in 16 bits each. Narrow entries hold its first
@@ -635,11 +656,14 @@ constexpr int candidatesPerStep()
 }
 
 /// Calls visitRow(first, end) for each row of cells (2 Reach + 1 along x) that reaches within R
-/// of point p of staged cell (x, y, z) and holds staged points, trimmed to the cells its sphere
-/// spans (as searchFromGlobal), as staged positions [first, end). Unrolled (Unroll = 2 Reach + 1) for the lists: each gap along y and z is found once,
-/// and the rows' places are constants (the loops over a runtime reach took about 40 instructions
-/// a row, an eighth of the 4M density search's instructions); not unrolled (1) for the rare
-/// points that walk their rows without a list.
+/// of point p of staged cell (x, y, z) and holds staged points, trimmed to the x bins of its cells
+/// that its sphere spans, as staged positions [first, end). With four bins a cell (RadixCells'
+/// x bins) a point tests about 2.0 candidates per neighbor instead of 2.5 with whole cells (a
+/// Poisson cloud at reach 2; 3.5 instead of 4.9 at reach 1). Unrolled (Unroll = 2 Reach + 1) for
+/// the lists: each gap along y and z is found once, and the rows' places are constants (the
+/// loops over a runtime reach took about 40 instructions a row, an eighth of the 4M density
+/// search's instructions); not unrolled (1) for the rare points that walk their rows without a
+/// list.
 template <int Reach, int Unroll = 2 * Reach + 1, class VisitRow>
 __device__ __forceinline__ void forEachPointRow(const TileSearch& g, const StagedRegion& r, const Particle& p, int x,
   int y, int z, VisitRow&& visitRow)
@@ -647,6 +671,13 @@ __device__ __forceinline__ void forEachPointRow(const TileSearch& g, const Stage
   // The squared gaps: in registers when unrolled; found again a row when not (an array indexed
   // by a loop counter would live in local memory).
   float gapsY2[2 * Reach + 1], gapsZ2[2 * Reach + 1];
+  // In units of x bins (products by a power of two: exact); a row's bins in binStart begin at
+  // its first cell's, rowStride entries apart.
+  const float bins = float(1 << r.xBinBits);
+  const float xInBins = p.x * bins, marginInBins = 1e-4f * bins;
+  const int firstBin = (x - Reach) << r.xBinBits, lastBin = ((x + Reach + 1) << r.xBinBits) - 1;
+  const int rowStride = r.S << r.xBinBits, planeStride = rowStride * r.S;
+  const int center = y * rowStride + z * planeStride;
   if constexpr (Unroll > 1)
   {
 #pragma unroll
@@ -677,16 +708,19 @@ __device__ __forceinline__ void forEachPointRow(const TileSearch& g, const Stage
       {
         continue;
       }
-      int first = x - Reach, last = x + Reach;
+      // The row's bins (binStart) from the first to the last that the sphere spans: a bin b of
+      // cell c holds staged x in [c + b / bins, c + (b + 1) / bins], closed, as a cell holds
+      // [c, c + 1] (one rounding: staged()).
+      int first = firstBin, last = lastBin;
       if (rest == rest && p.x == p.x)
       {
         // The margin of 1e-4 cells lies far above the approximate root's error (2^-22 relative).
-        const float half = approximateSqrt(rest) + 1e-4f;
-        first = max(first, __float2int_rd(p.x - half));
-        last = min(last, __float2int_rd(p.x + half));
+        const float half = fmaf(approximateSqrt(rest), bins, marginInBins);
+        first = max(first, __float2int_rd(xInBins - half));
+        last = min(last, __float2int_rd(xInBins + half));
       }
-      const int row = r.S * ((y + dy) + r.S * (z + dz));
-      const int begin = r.cellStart[row + first], end = r.cellStart[row + last + 1];
+      const int row = center + dy * rowStride + dz * planeStride;
+      const int begin = r.binStart[row + first], end = r.binStart[row + last + 1];
       if (end > begin)
       {
         visitRow(begin, end);
@@ -869,7 +903,7 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
     int x, y, z, offset;
     const int k = r.ownCell(t, x, y, z, offset);
     const int si = r.cellFirst[k] + offset;
-    const Particle pi = r.points[r.cellStart[k] + offset];
+    const Particle pi = r.points[r.stagedStart(k) + offset];
     const int steps = listPointRows<candidatesPerStep<Op>(), Format>(g, r, pi, x, y, z, rows);
     if (!Format::narrow || steps >= 0)
     {
@@ -1017,8 +1051,8 @@ __device__ ClusterRows listClusterRows(const TileSearch& g, const StagedRegion& 
       if (reaches)
       {
         const int row = r.S * (cy + r.S * cz);
-        begin[e] = r.cellStart[row + x0];
-        length[e] = r.cellStart[row + x1 + 1] - begin[e];
+        begin[e] = r.stagedStart(row + x0);
+        length[e] = r.stagedStart(row + x1 + 1) - begin[e];
       }
     }
   }
@@ -1141,7 +1175,7 @@ __device__ void searchClusterPairs(const TileSearch& g, const Op& op, const Stag
     {
       int x, y, z, offset;
       const int k = r.ownCell(t, x, y, z, offset);
-      pi = r.points[r.cellStart[k] + offset];
+      pi = r.points[r.stagedStart(k) + offset];
       si = r.cellFirst[k] + offset;
     }
     const ClusterBox box = clusterBox(pi, iValid);
@@ -1210,20 +1244,48 @@ __device__ void searchClusterPairs(const TileSearch& g, const Op& op, const Stag
   addDecided(decided, decidedHere);
 }
 
-/// The block's shared memory besides the staged points.
+using TileScan = cub::BlockScan<int, tileThreads>;
+
+/// The search's scratch (row lists or cluster lists, and the block's placement before them) starts
+/// at a multiple of 16 bytes after the staged points and values (dynamic shared memory starts at
+/// one). An offset from the shared base, not a rounded address: the compiler then still knows it
+/// for shared memory (a rounded address took the row lists' loads to generic ones).
+constexpr int scratchAlignment = 16;
+__device__ __forceinline__ void* alignedScratch(float4* base, const float* end)
+{
+  constexpr int floatsAligned = scratchAlignment / int(sizeof(float));
+  const int offset = int(end - reinterpret_cast<const float*>(base));
+  return reinterpret_cast<float*>(base) + ((offset + floatsAligned - 1) & ~(floatsAligned - 1));
+}
+
+/// The block's static shared memory.
 struct StagedCells
 {
-  int cellFirst[maxStagedCells];     // where each staged cell's points start in global order
-  int cellStart[maxStagedCells + 1]; // ... and in the staged order
-  int ownStart[maxOwnCells + 1];     // the tile's own points, by own cell (Morton order)
+  int cellFirst[maxStagedCells]; // where each staged cell's points start in global order
+  int ownStart[maxOwnCells + 1]; // the tile's own points, by own cell (Morton order)
+  std::uint16_t binStart[maxStagedCells * maxXBins + 1]; // each staged cell's x bins in staged order (fits only)
 };
-using TileScan = cub::BlockScan<int, tileThreads>;
+
+/// What the block uses while it places its points, in the search's scratch (free until the search):
+/// where each staged cell's points start in the staged order (int: a search from global memory,
+/// which takes no scratch, reads them too; a search of a region that fits reads the bins' starts),
+/// and the block scan's storage. In static memory beside the bins' starts they would take a block
+/// of density or count off an SM (4M row: five blocks and four).
+struct PlacementScratch
+{
+  int cellStart[maxStagedCells + 1];
+  TileScan::TempStorage scan;
+};
+static_assert(int(sizeof(PlacementScratch)) <= rowListBytes<true>() && int(sizeof(PlacementScratch)) <= clusterListBytes &&
+    alignof(PlacementScratch) <= scratchAlignment,
+  "the block's placement fits the search's scratch");
 
 /// Each staged cell's range in global memory (hash lookups) and in shared memory (a block scan);
 /// returns the staged points' total.
-__device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, const TileAnchor& tile, StagedCells& cells,
-  TileScan::TempStorage& scanStorage)
+__device__ int placeStagedCells(
+  const TileSearch& g, const StagedRegion& r, const TileAnchor& tile, StagedCells& cells, PlacementScratch& placement)
 {
+  int* cellStart = placement.cellStart;
   const int S = r.S, reach = r.reach;
   const float inverseS = 1.0f / S;
   int counts[2], offsets[2];
@@ -1246,18 +1308,31 @@ __device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, cons
     counts[e] = count;
   }
   int stagedTotal = 0;
-  TileScan(scanStorage).ExclusiveSum(counts, offsets, stagedTotal);
+  TileScan(placement.scan).ExclusiveSum(counts, offsets, stagedTotal);
+  const int bins = 1 << r.xBinBits;
   for (int e = 0; e < 2; ++e)
   {
     const int k = 2 * threadIdx.x + e;
     if (k < r.stagedCells)
     {
-      cells.cellStart[k] = offsets[e];
+      cellStart[k] = offsets[e];
+      // Every bin but the first starts at the cell's end until stagePoints finds a point in it or
+      // beyond. Positions beyond 16 bits are never read: the region then does not fit.
+      cells.binStart[k * bins] = std::uint16_t(offsets[e]);
+#pragma unroll
+      for (int b = 1; b < maxXBins; ++b)
+      {
+        if (b < bins)
+        {
+          cells.binStart[k * bins + b] = std::uint16_t(offsets[e] + counts[e]);
+        }
+      }
     }
   }
   if (threadIdx.x == 0)
   {
-    cells.cellStart[r.stagedCells] = stagedTotal;
+    cellStart[r.stagedCells] = stagedTotal;
+    cells.binStart[r.stagedCells * bins] = std::uint16_t(stagedTotal);
   }
   __syncthreads();
   return stagedTotal;
@@ -1279,7 +1354,7 @@ __device__ void placeOwnCells(const StagedRegion& r, StagedCells& cells)
       int x, y, z;
       ownCellPlace(m, x, y, z);
       const int k = (x + r.reach) + r.S * ((y + r.reach) + r.S * (z + r.reach));
-      own[e] = cells.cellStart[k + 1] - cells.cellStart[k];
+      own[e] = r.cellStart[k + 1] - r.cellStart[k];
     }
   }
   int total = 0;
@@ -1302,10 +1377,12 @@ __device__ void placeOwnCells(const StagedRegion& r, StagedCells& cells)
 /// arrays), and the sentinel: a point at infinity that pads the pair loop to whole steps. Each
 /// thread stages a run of consecutive positions: the first one's cell by a binary search, then
 /// the cells in turn with their place (x, y, z) in the region. A search and three divisions by S
-/// per point took an eighth of the 4M count search's instructions.
-template <int Components>
+/// per point took an eighth of the 4M count search's instructions. With x bins, a point whose bin
+/// lies beyond its predecessor's in the cell starts the bins between (binStart; the sort put a
+/// cell's points in the order of their bins).
+template <int Components, bool XBins>
 __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stagedTotal, Particle* stagedPoints,
-  std::int32_t* stagedIndex, const float* values, float* stagedValues)
+  std::int32_t* stagedIndex, const float* values, float* stagedValues, std::uint16_t* binStart)
 {
   const int S = r.S;
   const int run = (stagedTotal + tileThreads - 1) / tileThreads;
@@ -1315,6 +1392,12 @@ __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stag
     int k = lastAtMost(r.cellStart, r.stagedCells, runBegin);
     int x, y, z;
     placeInCube(k, S, 1.0f / S, x, y, z);
+    const int bins = 1 << r.xBinBits;
+    int previousBin = 0; // the bin of the point before q in its cell
+    if (XBins && runBegin > r.cellStart[k])
+    {
+      previousBin = xBinOf(g.particles[r.cellFirst[k] + (runBegin - 1 - r.cellStart[k])].x, r.xBinBits);
+    }
     for (int q = runBegin; q < runEnd; ++q)
     {
       while (r.cellStart[k + 1] <= q)
@@ -1331,7 +1414,17 @@ __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stag
         }
       }
       const int source = r.cellFirst[k] + (q - r.cellStart[k]);
-      Particle p = staged(g.particles[source], x, y, z);
+      const Particle own = g.particles[source];
+      if constexpr (XBins)
+      {
+        const int bin = xBinOf(own.x, r.xBinBits);
+        for (int b = (q == r.cellStart[k] ? 0 : previousBin) + 1; b <= bin; ++b)
+        {
+          binStart[k * bins + b] = std::uint16_t(q);
+        }
+        previousBin = bin;
+      }
+      Particle p = staged(own, x, y, z);
       if constexpr (Components > 0)
       {
         const float* v = values + std::int64_t(source) * Components;
@@ -1380,9 +1473,8 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   std::int32_t* stagedIndex = reinterpret_cast<std::int32_t*>(stagedPoints + g.capacity + 1);
   float* stagedValues = reinterpret_cast<float*>(stagedIndex + (stagesIndex ? g.capacity + 1 : 0));
   // After the staged points: the threads' row lists or the warps' cluster lists (g.clusterPairs).
-  void* scratch = stagedValues + (g.capacity + 1) * stagedValueStride(components);
+  void* scratch = alignedScratch(stagedMemory, stagedValues + (g.capacity + 1) * stagedValueStride(components));
   __shared__ StagedCells cells;
-  __shared__ TileScan::TempStorage scanStorage;
   if (int(blockIdx.x) >= *g.itemCount)
   {
     return;
@@ -1395,7 +1487,10 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   region.stagedCells = region.S * region.S * region.S;
   region.ownCells = g.side * g.side * g.side;
   region.cellFirst = cells.cellFirst;
-  region.cellStart = cells.cellStart;
+  PlacementScratch& placement = *static_cast<PlacementScratch*>(scratch);
+  region.cellStart = placement.cellStart;
+  region.binStart = cells.binStart;
+  region.xBinBits = g.xBinBits;
   region.ownStart = cells.ownStart;
   region.points = stagedPoints;
   region.index = stagesIndex ? stagedIndex : nullptr;
@@ -1403,12 +1498,20 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   region.sentinel = g.capacity;
 
   const int2 item = g.items[blockIdx.x];
-  const int stagedTotal = placeStagedCells(g, region, tileAnchorOf(g.fine, g.leaders[item.x], g.side), cells, scanStorage);
+  const int stagedTotal = placeStagedCells(g, region, tileAnchorOf(g.fine, g.leaders[item.x], g.side), cells, placement);
   placeOwnCells(region, cells);
   const bool fits = stagedTotal <= g.capacity;
   if (fits)
   {
-    stagePoints<components>(g, region, stagedTotal, stagedPoints, region.index ? stagedIndex : nullptr, values, stagedValues);
+    std::int32_t* index = region.index ? stagedIndex : nullptr;
+    if (region.xBinBits > 0)
+    {
+      stagePoints<components, true>(g, region, stagedTotal, stagedPoints, index, values, stagedValues, cells.binStart);
+    }
+    else
+    {
+      stagePoints<components, false>(g, region, stagedTotal, stagedPoints, index, values, stagedValues, cells.binStart);
+    }
   }
   __syncthreads();
 
@@ -1469,7 +1572,7 @@ public:
     cellSize_ = cellSizeFor(p.radius, reach_);
     hugeCells_ = reachesHugeCells(p, cellSize_);
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSize_);
-    cells_.build(run, layout, cellSize_, true);
+    cells_.build(run, layout, cellSize_, true, xBinBitsWanted());
     particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(
       run.input, cells_.orderToInput(), n, cellSize_, 1.0 / cellSize_, cells_.particleRegion());
     NG_CUDA_CHECK_LAUNCH("particlesInOrder");
@@ -1493,7 +1596,7 @@ public:
     // Tiles as large as shared memory allows for the data's points per occupied cell.
     // Survivor lists hold staged positions in 16 bits, the sentinel's (= capacity) included.
     const int maxCapacity = std::min(65535,
-      (run.device->sharedMemoryPerBlock - staticSharedBytes - std::max(rowListBytes<false>(), clusterListBytes)) / stagedPointBytes - 1);
+      (run.device->sharedMemoryPerBlock - staticSharedBytes - scratchAlignment - std::max(rowListBytes<false>(), clusterListBytes)) / stagedPointBytes - 1);
     side_ = maxTileSide;
     while (side_ > 1 && perCell * std::pow(side_ + 2 * reach_, 3) > 0.5 * maxCapacity)
     {
@@ -1532,6 +1635,7 @@ public:
     search_.capacity = capacity_;
     const double rho = p.radius / cellSize_;
     search_.cullLimit = static_cast<float>(rho * rho * (1.0 + 1e-4) + 1e-4);
+    search_.xBinBits = cells_.xBinBits();
     search_.test = makePairTest(p.radius, cellSize_, double(side_ + 2 * reach_), run.input);
     listItems(run, n, layout, position + cells);
   }
@@ -1594,8 +1698,9 @@ private:
     return tiles < double(cells) ? static_cast<std::int64_t>(tiles) : std::int64_t(cells);
   }
 
-  // cellFirst, cellStart, ownStart and the block scan's storage, rounded up.
+  // StagedCells, rounded up.
   static constexpr int staticSharedBytes = 8192;
+  static_assert(sizeof(StagedCells) <= staticSharedBytes, "the search's static shared memory");
   // Points per cell of R over the bounds from which cells of R / 2 pay (reachFor), and points
   // per occupied cell of R below which each point looks up its cells (sort).
   static constexpr double densePointsPerCellOfR = 10.0;
@@ -1622,6 +1727,27 @@ private:
     const double size = cellSizeFor(p.radius, 1);
     const double perCellOfR = double(p.count) * size * size * size / boundsVolume(p, size);
     return perCellOfR >= densePointsPerCellOfR ? 2 : 1;
+  }
+
+  /// Bits of x bins a fine cell (RadixCells::build): 2, four bins, where the key word has room.
+  /// Each point's rows end at the bins its sphere reaches instead of whole cells (forEachPointRow),
+  /// for two more key bits in the sort (the 4M row's sort stays at three passes). On the 4M row on
+  /// the H200, four bins against whole cells: count 2.03-2.05 -> 1.95-1.96 ms, Shepard-1 2.26-2.28
+  /// -> 2.08-2.10, Shepard-3 2.87-2.88 -> 2.67-2.69, density unchanged at 2.10-2.13 (RESULTS.md,
+  /// issue 22). NEIGHBORGRID_TILES_BINS=1|2|4 (a testing and benchmarking knob) asks for that
+  /// many bins.
+  static int xBinBitsWanted()
+  {
+    if (const char* knob = std::getenv("NEIGHBORGRID_TILES_BINS"))
+    {
+      const std::string bins = knob;
+      if (bins != "1" && bins != "2" && bins != "4")
+      {
+        throw Error("NeighborGrid: NEIGHBORGRID_TILES_BINS is '" + bins + "'; it takes '1', '2' or '4'");
+      }
+      return bins == "1" ? 0 : bins == "2" ? 1 : 2;
+    }
+    return RadixCells::maxXBinBits;
   }
 
   /// Whether a point may lie in a huge cell (CellGrid.h), whose frame coordinates are NaN: every
@@ -1692,12 +1818,17 @@ private:
   template <class Op, bool Banded, bool NarrowRows = false>
   std::size_t sharedBytes(const TileSearch& search) const
   {
-    return std::size_t(capacity_ + 1) * stagedPointBytesFor<Op, Banded>() +
+    return std::size_t(capacity_ + 1) * stagedPointBytesFor<Op, Banded>() + scratchAlignment +
       (search.clusterPairs ? clusterListBytes : rowListBytes<NarrowRows>());
   }
   template <class Op, bool Banded>
-  void launchSearch(CudaRun& run, const TileSearch& search, const Op& op)
+  void launchSearch(CudaRun& run, TileSearch search, const Op& op)
   {
+    if (search.clusterPairs)
+    {
+      // Cluster pairs read whole cells (listClusterRows): the staging places no bins.
+      search.xBinBits = 0;
+    }
     if (usesNarrowRows<Op, Banded>(run, search))
     {
       launchSearchKernel<Op, Banded, true>(run, search, op);
