@@ -598,11 +598,10 @@ __device__ void searchFromGlobal(
 /// A point's rows in its thread's column of shared memory, an entry a row. Wide entries hold the
 /// row's first and one-past-last staged positions in 16 bits each. Narrow entries hold its first
 /// position in 11 bits and its length in 5, so a row longer than 31 candidates takes several
-/// entries: the lists take half the shared memory, and where that lets one more block share an SM
-/// (density: five blocks instead of four; two or three staged components: four instead of
-/// three) the search takes them (StagedTiles::usesNarrowRows). A point whose pieces would not fit its 25
-/// entries (rows through cells of a dense clump) walks its rows without a list
-/// (searchPointRows).
+/// entries: the lists take half the shared memory, and smoothing of two or three staged
+/// components takes them where that lets one more block share an SM (four instead of three:
+/// StagedTiles::usesNarrowRows). A point whose pieces would not fit its 25 entries (rows through
+/// cells of a dense clump) walks its rows without a list (searchPointRows).
 template <bool Narrow>
 struct RowFormat
 {
@@ -1847,10 +1846,13 @@ private:
     stagedTilesSearch<Op, Banded, NarrowRows><<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
   }
 
-  /// Narrow row entries (RowFormat<true>) where they let more blocks share an SM than wide ones
-  /// and the tile's capacity fits their positions: on the 4M row on the H200, density
-  /// 2.18-2.19 -> 2.14-2.15 ms (five blocks), Shepard smoothing of two and three components
-  /// 2.64 -> 2.51 and 2.94-2.96 -> 2.86-2.89 (four); count, four blocks either way, 2.03 ->
+  /// Narrow row entries (RowFormat<true>) for smoothing of two or three staged components, where
+  /// they let more blocks share an SM than wide ones and the tile's capacity fits their
+  /// positions: on the 4M row on the H200 (whole cells), Shepard smoothing of two and three
+  /// components 2.64 -> 2.51 and 2.94-2.96 -> 2.86-2.89 ms (four blocks instead of three); with
+  /// x bins, three components 2.71 -> 2.68-2.70. Density took five blocks with them and 2.18 ->
+  /// 2.14 ms with whole cells, but with x bins its rows hold fewer candidates and wide entries at
+  /// four blocks are faster: 2.05-2.06 ms against 2.09; count, four blocks either way, 2.03 ->
   /// 2.17 with narrow entries (RESULTS.md, issue 22).
   /// NEIGHBORGRID_TILES_ROWS=narrow|wide (a testing and benchmarking knob) takes one wherever the
   /// capacity allows.
@@ -1871,7 +1873,8 @@ private:
     {
       return rows == "narrow";
     }
-    return blocksPerSm<Op, Banded, true>(run, search) > blocksPerSm<Op, Banded, false>(run, search);
+    return stagedComponents<Op, Banded>() >= 2 &&
+      blocksPerSm<Op, Banded, true>(run, search) > blocksPerSm<Op, Banded, false>(run, search);
   }
   /// The search's resident blocks an SM, asked of the driver once a kernel and size.
   template <class Op, bool Banded, bool NarrowRows>
