@@ -28,8 +28,9 @@
 //  - Inside the block the staged points keep the global order (row-major by fine cell), so a
 //    row of five cells is one contiguous range of shared memory: 25 loops per point, no per-cell
 //    lookups. Threads of a warp take neighboring points and so read the same rows (broadcasts).
-//    Each point lists its rows in shared memory, 25 entries a thread, in 16 bits instead of 32
-//    where that lets one more block share an SM (RowFormat). What bounds the loop is shared
+//    Each point lists its rows in shared memory, 25 entries a thread (in 16 bits instead of 32
+//    for smoothing of two or three staged components, where that lets one more block share an
+//    SM: RowFormat). What bounds the loop is shared
 //    memory: on the 4M rows the L1's shared-memory pipe ran at 84-93% of its peak, half of its
 //    wavefronts bank conflicts between the lanes' different candidates (RESULTS.md, issue 22).
 //  - Smoothing stages the (weighted) values it smooths beside the points, so that no pair reads
@@ -1731,10 +1732,9 @@ private:
   /// Bits of x bins a fine cell (RadixCells::build): 2, four bins, where the key word has room.
   /// Each point's rows end at the bins its sphere reaches instead of whole cells (forEachPointRow),
   /// for two more key bits in the sort (the 4M row's sort stays at three passes). On the 4M row on
-  /// the H200, four bins against whole cells: count 2.03-2.05 -> 1.95-1.96 ms, Shepard-1 2.26-2.28
-  /// -> 2.08-2.10, Shepard-3 2.87-2.88 -> 2.67-2.69, density unchanged at 2.10-2.13 (RESULTS.md,
-  /// issue 22). NEIGHBORGRID_TILES_BINS=1|2|4 (a testing and benchmarking knob) asks for that
-  /// many bins.
+  /// the H200, against whole cells (HEAD) in one call: count 2.05-2.07 -> 1.97 ms, density 2.10-2.13 ->
+  /// 2.06-2.09, Shepard-1 2.27-2.30 -> 2.10-2.12, Shepard-3 2.91 -> 2.66-2.70 (RESULTS.md, issue
+  /// 22). NEIGHBORGRID_TILES_BINS=1|2|4 (a testing and benchmarking knob) asks for that many bins.
   static int xBinBitsWanted()
   {
     if (const char* knob = std::getenv("NEIGHBORGRID_TILES_BINS"))
