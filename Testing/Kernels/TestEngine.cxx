@@ -18,7 +18,9 @@
 #include <random>
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <set>
+#include <vector>
 
 using namespace neighborgrid;
 using ngtest::Cloud;
@@ -705,6 +707,31 @@ void expectLoopResults(Engine& engine, Request r, const Cloud& cloud, const Loop
   }
 }
 
+/// The loop per point (NEIGHBORGRID_TILES_LOOP=points) on each cloud, once for each variant
+/// "reach value": NEIGHBORGRID_TILES_REACH=reach and `knob`=value, exact (expectLoopResults).
+void expectLoopExactForKnob(const std::vector<Cloud>& clouds, double radius, const char* knob,
+  std::initializer_list<const char*> variants)
+{
+  for (const Cloud& cloud : clouds)
+  {
+    const LoopReference want(cloud, radius);
+    for (const char* variant : variants)
+    {
+      const std::string reach(variant, 1), value(variant + 2);
+      SCOPED_TRACE(cloud.name + ", NEIGHBORGRID_TILES_REACH=" + reach + ", " + knob + "=" + value);
+      const ScopedKnob reachKnob("NEIGHBORGRID_TILES_REACH", reach.c_str());
+      const ScopedKnob valueKnob(knob, value.c_str());
+      const ScopedKnob loopKnob("NEIGHBORGRID_TILES_LOOP", "points");
+      Engine engine;
+      expectLoopResults(engine, baseRequest(cloud, radius, Method::StagedTiles), cloud, want);
+      if (::testing::Test::HasFatalFailure())
+      {
+        return;
+      }
+    }
+  }
+}
+
 /// A Staged Tiles knob set to a value it does not take: the run is an error that names the knob,
 /// and the output stays untouched.
 void expectMisspelledKnobRefused(const char* name, const char* value)
@@ -855,25 +882,12 @@ TEST(EngineMethods, StagedTilesRowFormatsAreExact)
     GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
   }
   const double radius = 0.5;
-  for (const Cloud& cloud : { clumpsBesideUniform(41), starsAtTheRadius(radius, 43) })
+  expectLoopExactForKnob({ clumpsBesideUniform(41), starsAtTheRadius(radius, 43) }, radius, "NEIGHBORGRID_TILES_ROWS",
+    { "1 narrow", "1 wide", "2 narrow", "2 wide" });
+  if (HasFatalFailure())
   {
-    const LoopReference want(cloud, radius);
-    for (const char* variant : { "1 narrow", "1 wide", "2 narrow", "2 wide" })
-    {
-      const std::string reach(variant, 1), rows(variant + 2);
-      SCOPED_TRACE(cloud.name + ", NEIGHBORGRID_TILES_REACH=" + reach + ", NEIGHBORGRID_TILES_ROWS=" + rows);
-      const ScopedKnob reachKnob("NEIGHBORGRID_TILES_REACH", reach.c_str());
-      const ScopedKnob rowsKnob("NEIGHBORGRID_TILES_ROWS", rows.c_str());
-      const ScopedKnob loopKnob("NEIGHBORGRID_TILES_LOOP", "points");
-      Engine engine;
-      expectLoopResults(engine, baseRequest(cloud, radius, Method::StagedTiles), cloud, want);
-      if (HasFatalFailure())
-      {
-        return;
-      }
-    }
+    return;
   }
-
   expectMisspelledKnobRefused("NEIGHBORGRID_TILES_ROWS", "short");
 }
 
@@ -912,25 +926,12 @@ TEST(EngineMethods, StagedTilesXBinsAreExact)
     GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
   }
   const double radius = 0.5;
-  for (const Cloud& cloud : { latticeOnBinEdges(radius, 47), clumpsBesideUniform(53), starsAtTheRadius(radius, 59) })
+  expectLoopExactForKnob({ latticeOnBinEdges(radius, 47), clumpsBesideUniform(53), starsAtTheRadius(radius, 59) },
+    radius, "NEIGHBORGRID_TILES_BINS", { "1 1", "1 4", "2 1", "2 2", "2 4" });
+  if (HasFatalFailure())
   {
-    const LoopReference want(cloud, radius);
-    for (const char* variant : { "1 1", "1 4", "2 1", "2 2", "2 4" })
-    {
-      const std::string reach(variant, 1), bins(variant + 2);
-      SCOPED_TRACE(cloud.name + ", NEIGHBORGRID_TILES_REACH=" + reach + ", NEIGHBORGRID_TILES_BINS=" + bins);
-      const ScopedKnob reachKnob("NEIGHBORGRID_TILES_REACH", reach.c_str());
-      const ScopedKnob binsKnob("NEIGHBORGRID_TILES_BINS", bins.c_str());
-      const ScopedKnob loopKnob("NEIGHBORGRID_TILES_LOOP", "points");
-      Engine engine;
-      expectLoopResults(engine, baseRequest(cloud, radius, Method::StagedTiles), cloud, want);
-      if (HasFatalFailure())
-      {
-        return;
-      }
-    }
+    return;
   }
-
   expectMisspelledKnobRefused("NEIGHBORGRID_TILES_BINS", "3");
 }
 
