@@ -117,6 +117,20 @@ __global__ void insertUniqueKeys(const KeyT* __restrict__ unique, int cells, Cel
     return;
   }
   const auto key = asSlotKey(unique[k]);
+  if constexpr (std::is_same<Slot, BitsSlot>::value)
+  {
+    if (lookup.identity)
+    {
+      // The key is its own slot and the keys are unique: one store, no claim (the 4M row's
+      // 1.6M cells: 35 us with the claim loop, under the profiler).
+      slots[lookup.home(key)] = BitsSlot{ key, k, -1 };
+      if (kept)
+      {
+        kept[k] = key;
+      }
+      return;
+    }
+  }
   for (std::uint64_t s = lookup.home(key);; s = (s + 1) & lookup.mask)
   {
     if (atomicCAS(&slots[s].cell, -1, k) == -1)
