@@ -151,7 +151,20 @@ NG_HD float approximateSqrt(float v)
 /// root is one instruction (approximateSqrt).
 NG_HD float kernelShapeFromSquared(const KernelParams& k, float squaredDistance)
 {
-  return kernelShape<float>(k.type, approximateSqrt(squaredDistance) * k.inverseH);
+  const float q = approximateSqrt(squaredDistance) * k.inverseH;
+#if defined(__CUDA_ARCH__)
+  if (k.type == Kernel::CubicSpline)
+  {
+    // kernelShape's cubic spline with the clamps folded into saturating instructions: with
+    // s = (2 - q) / 2 and b = 1 - q, each clamped to [0, 1] (NaN to 0), w = 2 s^3 - b^3, which is
+    // 0.25 a^3 - b^3 for a = 2 s. Seven instructions instead of nine or ten for every candidate
+    // of the density and smoothing loops.
+    const float s = __saturatef(__fmaf_rn(q, -0.5f, 1.0f));
+    const float b = __saturatef(__fadd_rn(1.0f, -q));
+    return __fmaf_rn(2.0f, (s * s) * s, -((b * b) * b));
+  }
+#endif
+  return kernelShape<float>(k.type, q);
 }
 
 constexpr double pi = 3.14159265358979323846;
