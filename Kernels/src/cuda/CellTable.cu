@@ -105,7 +105,8 @@ __device__ __forceinline__ std::uint64_t asSlotKey(std::uint64_t k)
   return k;
 }
 
-/// Cell k of the sorted unique keys into the lookup table (slots claimed by their cell field);
+/// Cell k of the sorted unique keys into the lookup table (slots claimed by their cell field, or
+/// stored where the key is its own slot: lookup.identity);
 /// kept[k] = its key when the caller keeps them. Slot: BitsSlot (Bits keys) or WideSlot.
 template <class KeyT, class Slot, class KeptT>
 __global__ void insertUniqueKeys(const KeyT* __restrict__ unique, int cells, CellLookup lookup, Slot* slots,
@@ -117,26 +118,23 @@ __global__ void insertUniqueKeys(const KeyT* __restrict__ unique, int cells, Cel
     return;
   }
   const auto key = asSlotKey(unique[k]);
+  bool stored = false;
   if constexpr (std::is_same<Slot, BitsSlot>::value)
   {
+    // The key is its own slot and the keys are unique: one store, no claim (the 4M row's 1.6M
+    // cells: 34 -> 17 us under the profiler).
     if (lookup.identity)
     {
-      // The key is its own slot and the keys are unique: one store, no claim (the 4M row's
-      // 1.6M cells: 35 us with the claim loop, under the profiler).
       slots[lookup.home(key)] = BitsSlot{ key, k, -1 };
-      if (kept)
-      {
-        kept[k] = key;
-      }
-      return;
+      stored = true;
     }
   }
-  for (std::uint64_t s = lookup.home(key);; s = (s + 1) & lookup.mask)
+  for (std::uint64_t s = lookup.home(key); !stored; s = (s + 1) & lookup.mask)
   {
     if (atomicCAS(&slots[s].cell, -1, k) == -1)
     {
       slots[s].key = key;
-      break;
+      stored = true;
     }
   }
   if (kept)
