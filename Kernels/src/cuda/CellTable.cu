@@ -395,7 +395,7 @@ void RadixCells::finishTable(CudaRun& run, const KeyLayout& layout, double cellS
   std::size_t scanBytes = 0;
   NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scanBytes, counts, start + 1, cells, run.stream),
     "sizing the cell scan");
-  void* temp = scratch_.ensure(std::max(scratch_.bytes(), scanBytes) + 1, "scan scratch");
+  void* temp = scratch_.ensure(std::max<std::size_t>(scanBytes, 1), "scan scratch");
   NG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scanBytes, counts, start + 1, cells, run.stream),
     "scanning cell counts");
 
