@@ -781,8 +781,18 @@ __device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRe
                       : listPointRowsOf<PerStep, 1, Format>(g, r, p, x, y, z, rows);
 }
 
+/// Candidates a point's plain float sums take before they join its compensated sums (flush). Each
+/// flush ends a chunk of the sweep, whose bookkeeping issues for the whole warp: on the 4M row on
+/// the H200, flushes every 16, 32 and 64 candidates took the density search 1.565, 1.522 and
+/// 1.498 ms, Shepard-3's 2.074, 2.041 and 2.024 (RESULTS.md, issue 22). A float sum of 64 terms
+/// lies within 63 roundings (4e-6 of the terms' magnitudes) of its exact value, inside the
+/// engine's accuracy against references in double (1e-5 relative); a point's ~80 neighbors
+/// spread over two or three such sums.
+constexpr int candidatesPerFlush = 64;
+
 /// Point si (pi): its sums and its result over the candidates that sweep(visit, flush) hands to
-/// visit one by one, calling flush every 16 candidates or so; Banded as addFloatPair.
+/// visit one by one, calling flush every candidatesPerFlush candidates or so; Banded as
+/// addFloatPair.
 template <bool Banded, class Op, class Sweep>
 __device__ __forceinline__ void sumPointPairs(const TileSearch& g, const Op& op, const StagedRegion& r,
   const Particle& pi, int si, unsigned long long* decided, Sweep&& sweep)
@@ -857,9 +867,10 @@ __device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op
   sumPointPairs<Banded>(g, op, r, pi, si, decided, [&](auto&& visit, auto&& flush) {
     const typename Format::Entry* nextRow = column;
     int q = 0, end = 0;
-    for (int chunk = 0; chunk < steps; chunk += 16 / perStep)
+    constexpr int stepsPerFlush = candidatesPerFlush / perStep;
+    for (int chunk = 0; chunk < steps; chunk += stepsPerFlush)
     {
-      const int chunkSteps = min(16 / perStep, steps - chunk);
+      const int chunkSteps = min(stepsPerFlush, steps - chunk);
       for (int step = 0; step < chunkSteps; ++step)
       {
         if (q >= end)
@@ -893,7 +904,7 @@ __device__ __noinline__ void sweepPointRowsUnlisted(const TileSearch g, const Op
       for (int q = begin; q < end; ++q)
       {
         visit(q);
-        if (((q - begin) & 15) == 15)
+        if ((q - begin) % candidatesPerFlush == candidatesPerFlush - 1)
         {
           flush();
         }
