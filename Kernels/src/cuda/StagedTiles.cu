@@ -867,7 +867,9 @@ __device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op
   sumPointPairs<Banded>(g, op, r, pi, si, decided, [&](auto&& visit, auto&& flush) {
     const typename Format::Entry* nextRow = column;
     int q = 0, end = 0;
-    constexpr int stepsPerFlush = candidatesPerFlush / perStep;
+    // Integer sums (Neighbor Count) are exact: one chunk (4M count search 1.454 -> 1.422 ms).
+    constexpr int stepsPerFlush = std::is_integral<typename Op::Value>::value ? std::numeric_limits<int>::max()
+                                                                               : candidatesPerFlush / perStep;
     for (int chunk = 0; chunk < steps; chunk += stepsPerFlush)
     {
       const int chunkSteps = min(stepsPerFlush, steps - chunk);
