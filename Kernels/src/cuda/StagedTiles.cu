@@ -1395,6 +1395,36 @@ __device__ void placeOwnCells(const StagedRegion& r, StagedCells& cells)
   }
 }
 
+/// Moves staged cell k, at place (x, y, z) in the region, on to the cell that holds staged position
+/// q (q at or beyond k's first position).
+__device__ __forceinline__ void walkToCellOf(const StagedRegion& r, int q, int& k, int& x, int& y, int& z)
+{
+  while (r.cellStart[k + 1] <= q)
+  {
+    ++k;
+    if (++x == r.S)
+    {
+      x = 0;
+      if (++y == r.S)
+      {
+        y = 0;
+        ++z;
+      }
+    }
+  }
+}
+
+/// Staged positions a thread loads before it stores any, so that their loads from global memory
+/// are in flight together: four for count and density. On the 4M row on the H200 count's search
+/// took 1.385 ms against 1.418 with one at a time, density's 1.496 against 1.497 (RESULTS.md,
+/// issue 22). Smoothing keeps one: its values' loads and registers made a batch of four slower
+/// (one component 1.53 -> 1.75 ms).
+template <int Components>
+constexpr int stagingBatch()
+{
+  return Components == 0 ? 4 : 1;
+}
+
 /// The region's points in the block's frame (and their global index where the operation reads
 /// arrays), and the sentinel: a point at infinity that pads the pair loop to whole steps. Each
 /// thread stages a run of consecutive positions: the first one's cell by a binary search, then
@@ -1406,60 +1436,70 @@ template <int Components, bool XBins>
 __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stagedTotal, Particle* stagedPoints,
   std::int32_t* stagedIndex, const float* values, float* stagedValues, std::uint16_t* binStart)
 {
-  const int S = r.S;
+  constexpr int batch = stagingBatch<Components>();
   const int run = (stagedTotal + tileThreads - 1) / tileThreads;
   const int runBegin = min(stagedTotal, int(threadIdx.x) * run), runEnd = min(stagedTotal, runBegin + run);
   if (runBegin < runEnd)
   {
     int k = lastAtMost(r.cellStart, r.stagedCells, runBegin);
     int x, y, z;
-    placeInCube(k, S, 1.0f / S, x, y, z);
+    placeInCube(k, r.S, 1.0f / r.S, x, y, z);
     const int bins = 1 << r.xBinBits;
     int previousBin = 0; // the bin of the point before q in its cell
     if (XBins && runBegin > r.cellStart[k])
     {
       previousBin = xBinOf(g.particles[r.cellFirst[k] + (runBegin - 1 - r.cellStart[k])].x, r.xBinBits);
     }
-    for (int q = runBegin; q < runEnd; ++q)
+    for (int batchBegin = runBegin; batchBegin < runEnd; batchBegin += batch)
     {
-      while (r.cellStart[k + 1] <= q)
+      // The batch's cells and sources first, each point's load issued; then the stores.
+      Particle own[batch];
+      int cellOf[batch], placeOf[batch], sourceOf[batch];
+#pragma unroll
+      for (int i = 0; i < batch; ++i)
       {
-        ++k;
-        if (++x == S)
+        const int q = batchBegin + i;
+        if (q < runEnd)
         {
-          x = 0;
-          if (++y == S)
+          walkToCellOf(r, q, k, x, y, z);
+          cellOf[i] = k;
+          placeOf[i] = x | (y << 8) | (z << 16);
+          sourceOf[i] = r.cellFirst[k] + (q - r.cellStart[k]);
+          own[i] = g.particles[sourceOf[i]];
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < batch; ++i)
+      {
+        const int q = batchBegin + i;
+        if (q < runEnd)
+        {
+          const int cell = cellOf[i];
+          if constexpr (XBins)
           {
-            y = 0;
-            ++z;
+            const int bin = xBinOf(own[i].x, r.xBinBits);
+            for (int b = (q == r.cellStart[cell] ? 0 : previousBin) + 1; b <= bin; ++b)
+            {
+              binStart[cell * bins + b] = std::uint16_t(q);
+            }
+            previousBin = bin;
+          }
+          Particle p = staged(own[i], placeOf[i] & 0xff, (placeOf[i] >> 8) & 0xff, placeOf[i] >> 16);
+          if constexpr (Components > 0)
+          {
+            const float* v = values + std::int64_t(sourceOf[i]) * Components;
+            for (int c = 1; c < Components; ++c)
+            {
+              stagedValues[q * stagedValueStride(Components) + c - 1] = p.w * v[c];
+            }
+            p.w *= v[0];
+          }
+          stagedPoints[q] = p;
+          if (stagedIndex)
+          {
+            stagedIndex[q] = sourceOf[i];
           }
         }
-      }
-      const int source = r.cellFirst[k] + (q - r.cellStart[k]);
-      const Particle own = g.particles[source];
-      if constexpr (XBins)
-      {
-        const int bin = xBinOf(own.x, r.xBinBits);
-        for (int b = (q == r.cellStart[k] ? 0 : previousBin) + 1; b <= bin; ++b)
-        {
-          binStart[k * bins + b] = std::uint16_t(q);
-        }
-        previousBin = bin;
-      }
-      Particle p = staged(own, x, y, z);
-      if constexpr (Components > 0)
-      {
-        const float* v = values + std::int64_t(source) * Components;
-        for (int c = 1; c < Components; ++c)
-        {
-          stagedValues[q * stagedValueStride(Components) + c - 1] = p.w * v[c];
-        }
-        p.w *= v[0];
-      }
-      stagedPoints[q] = p;
-      if (stagedIndex)
-      {
-        stagedIndex[q] = source;
       }
     }
   }
