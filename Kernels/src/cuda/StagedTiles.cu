@@ -1395,24 +1395,49 @@ __device__ void placeOwnCells(const StagedRegion& r, StagedCells& cells)
   }
 }
 
-/// Moves staged cell k, at place (x, y, z) in the region, on to the cell that holds staged position
-/// q (q at or beyond k's first position).
-__device__ __forceinline__ void walkToCellOf(const StagedRegion& r, int q, int& k, int& x, int& y, int& z)
+/// A thread's walk over its run of staged positions: the staged cell k that holds the current
+/// position, the cell's place (x, y, z) in the region, where it begins and where the next begins,
+/// and the offset from a staged position to its point's global position. A cell's bounds are read
+/// from shared memory once a cell instead of three times a point.
+struct StagedWalk
 {
-  while (r.cellStart[k + 1] <= q)
+  int k = 0, x = 0, y = 0, z = 0;
+  int begin = 0, next = 0, toGlobal = 0;
+
+  /// At the cell of staged position q (a binary search).
+  __device__ StagedWalk(const StagedRegion& r, int q)
   {
-    ++k;
-    if (++x == r.S)
-    {
-      x = 0;
-      if (++y == r.S)
-      {
-        y = 0;
-        ++z;
-      }
-    }
+    k = lastAtMost(r.cellStart, r.stagedCells, q);
+    placeInCube(k, r.S, 1.0f / r.S, x, y, z);
+    begin = r.cellStart[k];
+    next = r.cellStart[k + 1];
+    toGlobal = r.cellFirst[k] - begin;
   }
-}
+  /// On to the cell that holds staged position q (at or beyond the current cell's first).
+  __device__ __forceinline__ void moveTo(const StagedRegion& r, int q)
+  {
+    if (next > q)
+    {
+      return;
+    }
+    do
+    {
+      ++k;
+      if (++x == r.S)
+      {
+        x = 0;
+        if (++y == r.S)
+        {
+          y = 0;
+          ++z;
+        }
+      }
+      begin = next;
+      next = r.cellStart[k + 1];
+    } while (next <= q);
+    toGlobal = r.cellFirst[k] - begin;
+  }
+};
 
 /// Staged positions a thread loads before it stores any, so that their loads from global memory
 /// are in flight together: four for count and density. On the 4M row on the H200 count's search
@@ -1441,14 +1466,12 @@ __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stag
   const int runBegin = min(stagedTotal, int(threadIdx.x) * run), runEnd = min(stagedTotal, runBegin + run);
   if (runBegin < runEnd)
   {
-    int k = lastAtMost(r.cellStart, r.stagedCells, runBegin);
-    int x, y, z;
-    placeInCube(k, r.S, 1.0f / r.S, x, y, z);
+    StagedWalk walk(r, runBegin);
     const int bins = 1 << r.xBinBits;
     int previousBin = 0; // the bin of the point before q in its cell
-    if (XBins && runBegin > r.cellStart[k])
+    if (XBins && runBegin > walk.begin)
     {
-      previousBin = xBinOf(g.particles[r.cellFirst[k] + (runBegin - 1 - r.cellStart[k])].x, r.xBinBits);
+      previousBin = xBinOf(g.particles[walk.toGlobal + runBegin - 1].x, r.xBinBits);
     }
     for (int batchBegin = runBegin; batchBegin < runEnd; batchBegin += batch)
     {
@@ -1461,10 +1484,11 @@ __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stag
         const int q = batchBegin + i;
         if (q < runEnd)
         {
-          walkToCellOf(r, q, k, x, y, z);
-          cellOf[i] = k;
-          placeOf[i] = x | (y << 8) | (z << 16);
-          sourceOf[i] = r.cellFirst[k] + (q - r.cellStart[k]);
+          walk.moveTo(r, q);
+          cellOf[i] = walk.k;
+          // The place, and whether q is its cell's first point (its bins start at the cell's first).
+          placeOf[i] = walk.x | (walk.y << 8) | (walk.z << 16) | (q == walk.begin ? 1 << 24 : 0);
+          sourceOf[i] = walk.toGlobal + q;
           own[i] = g.particles[sourceOf[i]];
         }
       }
@@ -1478,13 +1502,13 @@ __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stag
           if constexpr (XBins)
           {
             const int bin = xBinOf(own[i].x, r.xBinBits);
-            for (int b = (q == r.cellStart[cell] ? 0 : previousBin) + 1; b <= bin; ++b)
+            for (int b = ((placeOf[i] >> 24) ? 0 : previousBin) + 1; b <= bin; ++b)
             {
               binStart[cell * bins + b] = std::uint16_t(q);
             }
             previousBin = bin;
           }
-          Particle p = staged(own[i], placeOf[i] & 0xff, (placeOf[i] >> 8) & 0xff, placeOf[i] >> 16);
+          Particle p = staged(own[i], placeOf[i] & 0xff, (placeOf[i] >> 8) & 0xff, (placeOf[i] >> 16) & 0xff);
           if constexpr (Components > 0)
           {
             const float* v = values + std::int64_t(sourceOf[i]) * Components;
