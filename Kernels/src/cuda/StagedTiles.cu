@@ -865,7 +865,15 @@ __device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op
   // instruction of the row change issues for every step (predicated off where the row goes on),
   // so it is kept to four or five.
   sumPointPairs<Banded>(g, op, r, pi, si, decided, [&](auto&& visit, auto&& flush) {
-    const typename Format::Entry* nextRow = column;
+    // Wide entries: each row's entry is read one row ahead, so that a row change decodes a value
+    // already in a register instead of waiting on a shared-memory load (the last read lands in
+    // the staged points after the lists: searchTile). On the 4M row on the H200: density's search
+    // 1.48 -> 1.42-1.43 ms, Shepard-1's 1.52 -> 1.50-1.51, count's unchanged; read ahead, the
+    // narrow entries of Shepard-2 took 1.93 -> 1.98 ms, so they are read when needed (RESULTS.md,
+    // issue 22).
+    constexpr bool readsAhead = !Format::narrow;
+    const typename Format::Entry* nextRow = column + (readsAhead ? tileThreads : 0);
+    typename Format::Entry pending = readsAhead ? column[0] : 0;
     int q = 0, end = 0;
     // Integer sums (Neighbor Count) are exact: one chunk (4M count search 1.454 -> 1.422 ms).
     constexpr int stepsPerFlush = std::is_integral<typename Op::Value>::value ? std::numeric_limits<int>::max()
@@ -877,7 +885,15 @@ __device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op
       {
         if (q >= end)
         {
-          Format::decode(*nextRow, q, end);
+          if constexpr (readsAhead)
+          {
+            Format::decode(pending, q, end);
+            pending = *nextRow;
+          }
+          else
+          {
+            Format::decode(*nextRow, q, end);
+          }
           nextRow += tileThreads;
         }
         visit(q);
@@ -1268,17 +1284,20 @@ __device__ void searchClusterPairs(const TileSearch& g, const Op& op, const Stag
 
 using TileScan = cub::BlockScan<int, tileThreads>;
 
-/// The search's scratch (row lists or cluster lists, and the block's placement before them) starts
-/// at a multiple of 16 bytes after the staged points and values (dynamic shared memory starts at
-/// one). An offset from the shared base, not a rounded address: the compiler then still knows it
-/// for shared memory (a rounded address took the row lists' loads to generic ones).
+/// Where the loop per point runs, its row lists (and the block's placement before them) come first
+/// in dynamic shared memory and the staged points after them: the sweep reads one row entry
+/// ahead, past a point's last row (sweepPointRows), and for the lists' last entries that read
+/// lands in the staged points instead of beyond the block's memory. Cluster pairs, which read no
+/// entry ahead, keep their lists after the staged points. Every part starts a multiple of 16
+/// bytes from the shared base (an offset, not a rounded address: the compiler then still knows it
+/// for shared memory).
 constexpr int scratchAlignment = 16;
-__device__ __forceinline__ void* alignedScratch(float4* base, const float* end)
+constexpr int alignedScratchBytes(int bytes)
 {
-  constexpr int floatsAligned = scratchAlignment / int(sizeof(float));
-  const int offset = int(end - reinterpret_cast<const float*>(base));
-  return reinterpret_cast<float*>(base) + ((offset + floatsAligned - 1) & ~(floatsAligned - 1));
+  return (bytes + scratchAlignment - 1) / scratchAlignment * scratchAlignment;
 }
+static_assert(rowListBytes<false>() % scratchAlignment == 0 && rowListBytes<true>() % scratchAlignment == 0,
+  "the staged points after the row lists start aligned");
 
 /// The block's static shared memory.
 struct StagedCells
@@ -1543,10 +1562,13 @@ __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stag
 /// vanish at R and no point lies in a huge cell (StagedTiles::reachesHugeCells). NarrowRows: the
 /// loop per point keeps its rows in RowFormat<true>'s entries.
 template <class Op, bool Banded, bool NarrowRows>
-__global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, Op op, unsigned long long* decided)
+__device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, unsigned long long* decided)
 {
   extern __shared__ float4 stagedMemory[];
-  Particle* stagedPoints = reinterpret_cast<Particle*>(stagedMemory);
+  // The threads' row lists, then the staged points; or the staged points, then the warps' cluster
+  // lists (g.clusterPairs).
+  const int listFloat4s = g.clusterPairs ? 0 : rowListBytes<NarrowRows>() / int(sizeof(float4));
+  Particle* stagedPoints = reinterpret_cast<Particle*>(stagedMemory + listFloat4s);
   // Count, density and band-free smoothing stage no indices (16 bytes a point, and the staged
   // values: stagedComponents); the rare pairs decided in double find a staged point's index from
   // its cell.
@@ -1559,8 +1581,10 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   }
   std::int32_t* stagedIndex = reinterpret_cast<std::int32_t*>(stagedPoints + g.capacity + 1);
   float* stagedValues = reinterpret_cast<float*>(stagedIndex + (stagesIndex ? g.capacity + 1 : 0));
-  // After the staged points: the threads' row lists or the warps' cluster lists (g.clusterPairs).
-  void* scratch = alignedScratch(stagedMemory, stagedValues + (g.capacity + 1) * stagedValueStride(components));
+  const float* stagedEnd = stagedValues + (g.capacity + 1) * stagedValueStride(components);
+  const int stagedFloat4s = int(alignedScratchBytes(int(reinterpret_cast<const char*>(stagedEnd) -
+                                  reinterpret_cast<const char*>(stagedMemory))) / int(sizeof(float4)));
+  void* scratch = g.clusterPairs ? static_cast<void*>(stagedMemory + stagedFloat4s) : static_cast<void*>(stagedMemory);
   __shared__ StagedCells cells;
   if (int(blockIdx.x) >= *g.itemCount)
   {
@@ -1617,6 +1641,36 @@ __global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, O
   {
     using Format = RowFormat<NarrowRows>;
     searchPointRows<Banded, Format>(g, op, region, static_cast<typename Format::Entry*>(scratch), chunkBegin, chunkEnd, decided);
+  }
+}
+
+/// The search of every operation but count and density (searchTile).
+template <class Op, bool Banded, bool NarrowRows>
+__global__ void __launch_bounds__(tileThreads) stagedTilesSearch(TileSearch g, Op op, unsigned long long* decided)
+{
+  searchTile<Op, Banded, NarrowRows>(g, op, decided);
+}
+
+/// Count and density (searchTile) in at most 64 registers, so that the four blocks an SM their
+/// shared memory allows fit its registers: with its row entries read ahead (sweepPointRows) the
+/// count search took 65-67 and three blocks an SM (4M row on the H200: 1.35 -> 1.47 ms).
+template <class Op, bool Banded, bool NarrowRows>
+__global__ void __launch_bounds__(tileThreads, 4) stagedTilesSearchInFour(TileSearch g, Op op, unsigned long long* decided)
+{
+  searchTile<Op, Banded, NarrowRows>(g, op, decided);
+}
+
+/// The search kernel of an operation.
+template <class Op, bool Banded, bool NarrowRows>
+constexpr auto searchKernel()
+{
+  if constexpr (pairReadsNoMemory<Op>())
+  {
+    return stagedTilesSearchInFour<Op, Banded, NarrowRows>;
+  }
+  else
+  {
+    return stagedTilesSearch<Op, Banded, NarrowRows>;
   }
 }
 
@@ -1928,9 +1982,9 @@ private:
   void launchSearchKernel(CudaRun& run, const TileSearch& search, const Op& op)
   {
     const std::size_t bytes = sharedBytes<Op, Banded, NarrowRows>(search);
-    allowDynamicSharedMemory(
-      stagedTilesSearch<Op, Banded, NarrowRows>, run.device->id, bytes, "allowing the staged tiles' shared memory");
-    stagedTilesSearch<Op, Banded, NarrowRows><<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
+    auto* kernel = searchKernel<Op, Banded, NarrowRows>();
+    allowDynamicSharedMemory(kernel, run.device->id, bytes, "allowing the staged tiles' shared memory");
+    kernel<<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
   }
 
   /// Narrow row entries (RowFormat<true>) for smoothing of two or three staged components, where
@@ -1967,7 +2021,7 @@ private:
   template <class Op, bool Banded, bool NarrowRows>
   int blocksPerSm(const CudaRun& run, const TileSearch& search)
   {
-    auto* kernel = stagedTilesSearch<Op, Banded, NarrowRows>;
+    auto* kernel = searchKernel<Op, Banded, NarrowRows>();
     const std::size_t bytes = sharedBytes<Op, Banded, NarrowRows>(search);
     int& blocks = residentBlocks_[{ reinterpret_cast<const void*>(kernel), bytes }];
     if (blocks == 0)
