@@ -2147,6 +2147,60 @@ TEST(EnginePeriodicBox, RadiusBeyondTheBoxCountsEveryImage)
   }
 }
 
+/// One engine for periodic and open runs in turn, as a pipeline that toggles the box does: the
+/// buffers of the images made on the device are kept across an open run and grow for a run with
+/// more images, and every run gives what a fresh engine gives (to float summation order: a method
+/// may add a cell's points in any order).
+TEST(EnginePeriodicBox, PeriodicAndOpenRunsInTurnMatchFreshEngines)
+{
+  const int n = 20000;
+  const double box = 10.0;
+  std::mt19937_64 random(4242);
+  std::uniform_real_distribution<double> uniform(-2.0, 12.0); // some points to wrap
+  std::vector<float> xyz(3 * n);
+  for (float& v : xyz)
+  {
+    v = static_cast<float>(uniform(random));
+  }
+  const auto densityOf = [&](Engine& engine, bool periodic, double radius, Report* report = nullptr) {
+    Request r;
+    r.points = Points(xyz.data(), n);
+    r.radius = radius;
+    r.backend = backendUnderTest;
+    r.operation = Operation::Density;
+    std::vector<float> rho(n, -1.0f);
+    r.density = rho.data();
+    for (int a = 0; a < 3; ++a)
+    {
+      r.periodic[a] = periodic;
+      r.boxLengths[a] = box;
+    }
+    const Report done = engine.run(r);
+    if (report)
+    {
+      *report = done;
+    }
+    return rho;
+  };
+  const std::vector<float> before = xyz;
+  Engine shared;
+  Report small, large;
+  const std::vector<float> periodicSmall = densityOf(shared, true, 0.5, &small);
+  const std::vector<float> open = densityOf(shared, false, 0.5);
+  const std::vector<float> periodicLarge = densityOf(shared, true, 1.0, &large);
+  const std::vector<float> periodicSmallAgain = densityOf(shared, true, 0.5);
+  EXPECT_GT(large.periodicImages, small.periodicImages) << "the third run must need larger image buffers";
+  const auto expectSame = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+    expectClose(got, std::vector<double>(want.begin(), want.end()), what);
+  };
+  Engine fresh1, fresh2, fresh3;
+  expectSame(periodicSmall, densityOf(fresh1, true, 0.5), "periodic, R = 0.5");
+  expectSame(open, densityOf(fresh2, false, 0.5), "open after periodic");
+  expectSame(periodicLarge, densityOf(fresh3, true, 1.0), "periodic after open, more images");
+  expectSame(periodicSmallAgain, periodicSmall, "periodic, R = 0.5, again");
+  EXPECT_EQ(xyz, before) << "the input coordinates changed";
+}
+
 TEST(EnginePeriodicBox, RejectsBadBoxes)
 {
   std::vector<float> xyz = { 0.5f, 0.5f, 0.5f, 1.0f, 1.0f, 1.0f };

@@ -29,8 +29,6 @@
 #include "ResidentSlabs.h"
 #include "TransferRing.h"
 
-#include <cub/block/block_reduce.cuh>
-
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -45,67 +43,6 @@ namespace detail
 {
 namespace
 {
-
-// --- Coordinates: bounds and the non-finite check, on the GPU -----------------------------------
-constexpr int boundsThreads = 256;
-
-template <class T>
-__global__ void coordinateBoundsPartial(const T* __restrict__ raw, std::int64_t n, double* __restrict__ partial,
-  unsigned long long* __restrict__ firstBad)
-{
-  double lo[3] = { HUGE_VAL, HUGE_VAL, HUGE_VAL }, hi[3] = { -HUGE_VAL, -HUGE_VAL, -HUGE_VAL };
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x)
-  {
-    const double v[3] = { double(raw[3 * i]), double(raw[3 * i + 1]), double(raw[3 * i + 2]) };
-    if (!(isfinite(v[0]) && isfinite(v[1]) && isfinite(v[2])))
-    {
-      atomicMin(firstBad, static_cast<unsigned long long>(i));
-      continue;
-    }
-    for (int a = 0; a < 3; ++a)
-    {
-      lo[a] = fmin(lo[a], v[a]);
-      hi[a] = fmax(hi[a], v[a]);
-    }
-  }
-  using Reduce = cub::BlockReduce<double, boundsThreads>;
-  __shared__ typename Reduce::TempStorage storage;
-  for (int a = 0; a < 3; ++a)
-  {
-    const double blockLo = Reduce(storage).Reduce(lo[a], [](double x, double y) { return fmin(x, y); });
-    __syncthreads();
-    const double blockHi = Reduce(storage).Reduce(hi[a], [](double x, double y) { return fmax(x, y); });
-    __syncthreads();
-    if (threadIdx.x == 0)
-    {
-      partial[6 * blockIdx.x + a] = blockLo;
-      partial[6 * blockIdx.x + 3 + a] = blockHi;
-    }
-  }
-}
-
-/// The partial bounds of every block reduced by one warp per bound: a lane reads every 32nd block
-/// (one thread walking 528 blocks in turn waited on each load: 61 us at 4M points on the H100).
-__global__ void coordinateBoundsFinal(const double* __restrict__ partial, int blocks, double* __restrict__ bounds)
-{
-  const int bound = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const bool isLo = bound < 3;
-  double v = isLo ? HUGE_VAL : -HUGE_VAL;
-  for (int b = lane; b < blocks; b += 32)
-  {
-    v = isLo ? fmin(v, partial[6 * b + bound]) : fmax(v, partial[6 * b + bound]);
-  }
-  for (int d = 16; d > 0; d /= 2)
-  {
-    const double other = __shfl_xor_sync(0xffffffffu, v, d);
-    v = isLo ? fmin(v, other) : fmax(v, other);
-  }
-  if (lane == 0)
-  {
-    bounds[bound] = v;
-  }
-}
 
 // --- Weights and gathers ------------------------------------------------------------------------
 __global__ void setWeightsKernel(Particle* __restrict__ particles, int n, const std::int32_t* __restrict__ orderToInput,
@@ -222,7 +159,7 @@ class CudaBackend final : public BackendImplementation
 {
 public:
   CudaBackend(std::int64_t memoryLimit, int device)
-    : memoryLimit_(memoryLimit), deviceRaw_(inputPool_), boundsPartial_(pool_), firstBad_(pool_), mass_(pool_),
+    : memoryLimit_(memoryLimit), deviceRaw_(inputPool_), mass_(pool_),
       values_(pool_), smoothed_(pool_), density_(pool_), count_(pool_), orderedDensity_(pool_), gathered_(pool_),
       decided_(pool_), valid_(pool_), queryRaw_(pool_), sourceRadii_(pool_), orderedRadii_(pool_),
       queryRadii_(pool_), queryValues_(pool_), radiusSums_(pool_), imageDensity_(pool_), images_(inputPool_)
@@ -308,55 +245,14 @@ public:
     // is on the device (collectStageTimes).
     NG_CUDA_CHECK(cudaEventRecord(coordinatesArrived_, stream_), "uploading coordinates");
     coordinatesInFlight_ = true;
+    imagesInRun_ = false;
     if (problem.imagesByBackend)
     {
-      makeImages(raw, isDouble, n, points, problem);
+      makeImages(raw, isDouble, n, problem);
     }
-    else
+    else if (memoryLimit_ > 0)
     {
-      images_.release();
-    }
-  }
-
-  /// The bounds (problem.lo, problem.hi) of n points on the device (the periodic images made
-  /// there), and the non-finite check, which names the caller's point.
-  void findBounds(const void* xyz, bool isDouble, std::int64_t n, const Points& caller, Problem& problem)
-  {
-    const int blocks = static_cast<int>(std::min<std::int64_t>(4 * device_.multiprocessors, (n + boundsThreads - 1) / boundsThreads));
-    double* partial = boundsPartial_.ensure(6 * std::size_t(blocks) + 6, "coordinate bounds");
-    double* bounds = partial + 6 * blocks;
-    unsigned long long* firstBad = firstBad_.ensure(1, "non-finite check");
-    NG_CUDA_CHECK(cudaMemsetAsync(firstBad, 0xff, sizeof(unsigned long long), stream_), "clearing the non-finite check");
-    if (!isDouble)
-    {
-      coordinateBoundsPartial<<<blocks, boundsThreads, 0, stream_>>>(static_cast<const float*>(xyz), n, partial, firstBad);
-    }
-    else
-    {
-      coordinateBoundsPartial<<<blocks, boundsThreads, 0, stream_>>>(static_cast<const double*>(xyz), n, partial, firstBad);
-    }
-    NG_CUDA_CHECK_LAUNCH("coordinateBoundsPartial");
-    coordinateBoundsFinal<<<1, 6 * 32, 0, stream_>>>(partial, blocks, bounds);
-    NG_CUDA_CHECK_LAUNCH("coordinateBoundsFinal");
-    struct BoundsResult
-    {
-      double bounds[6];
-      unsigned long long firstBad;
-    };
-    auto* result = reinterpret_cast<BoundsResult*>(boundsHost_.ensure(sizeof(BoundsResult), "bounds (pinned host memory)"));
-    NG_CUDA_CHECK(cudaMemcpyAsync(result->bounds, bounds, 6 * sizeof(double), cudaMemcpyDeviceToHost, stream_),
-      "reading the bounds");
-    NG_CUDA_CHECK(cudaMemcpyAsync(&result->firstBad, firstBad, sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream_),
-      "reading the non-finite check");
-    NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "finding the bounds");
-    if (result->firstBad != ~0ull)
-    {
-      failNonFinitePoint(caller, static_cast<std::int64_t>(result->firstBad));
-    }
-    for (int a = 0; a < 3; ++a)
-    {
-      problem.lo[a] = result->bounds[a];
-      problem.hi[a] = result->bounds[3 + a];
+      images_.release(); // held buffers count against the limit
     }
   }
 
@@ -369,7 +265,7 @@ public:
 
   /// The wrapped particles and their images (PeriodicImages.h) become the run's particles; the
   /// bounds are theirs. Throws DoesNotFit before any output is written when they do not fit one run.
-  void makeImages(const char* raw, bool isDouble, std::int64_t n, const Points& caller, Problem& problem)
+  void makeImages(const char* raw, bool isDouble, std::int64_t n, Problem& problem)
   {
     const std::int64_t images = images_.count(raw, isDouble, n, problem.box, stream_);
     if (n + images > maxPointsPerRun)
@@ -380,11 +276,11 @@ public:
     }
     checkFits(DeviceImages::bytesFor(n, images), std::int64_t(deviceRaw_.bytes()), n + images,
       "the particles wrapped into the periodic box and their images");
-    images_.write(raw, isDouble, n, images, stream_);
+    images_.write(raw, isDouble, n, images, device_.multiprocessors, stream_, problem.lo, problem.hi);
+    imagesInRun_ = true;
     problem.images = images;
     problem.count = n + images;
     input_ = InputPoints{ images_.coordinates(), true };
-    findBounds(images_.coordinates(), true, n + images, caller, problem);
   }
 
   void run(const Problem& problem, Report& report) override
@@ -1345,7 +1241,8 @@ private:
     std::size_t freeBytes = 0, totalBytes = 0;
     NG_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes), "cudaMemGetInfo");
     const std::int64_t pooled = std::int64_t(pool_.heldBytes());
-    const std::int64_t inputHeld = resident ? 0 : std::int64_t(inputPool_.heldBytes());
+    const std::int64_t idleImages = imagesInRun_ ? 0 : std::int64_t(images_.heldBytes());
+    const std::int64_t inputHeld = resident ? idleImages : std::int64_t(inputPool_.heldBytes());
     std::int64_t available = std::int64_t(freeBytes) + pooled + inputHeld;
     if (memoryLimit_ > 0)
     {
@@ -1365,12 +1262,16 @@ private:
     }
     // Cached buffers of earlier runs stand in the way of the device's free memory, or would
     // take the run over the engine's limit.
-    if (needed > std::int64_t(freeBytes) || (memoryLimit_ > 0 && needed + resident + pooled > memoryLimit_))
+    if (needed > std::int64_t(freeBytes) || (memoryLimit_ > 0 && needed + resident + pooled + idleImages > memoryLimit_))
     {
       pool_.releaseAll();
       if (!resident)
       {
         inputPool_.releaseAll();
+      }
+      else if (!imagesInRun_)
+      {
+        images_.release();
       }
     }
   }
@@ -1500,13 +1401,10 @@ private:
   std::vector<std::size_t> resultOffsets_;
   TransferRing transfers_;
   bool resultPagesFaultedIn_ = false;
-  PinnedBuffer<char> boundsHost_;
 
   DevicePool inputPool_; // the coordinates: kept when other buffers are released for a run
   DevicePool pool_;      // everything else
   DeviceBuffer<char> deviceRaw_;
-  DeviceBuffer<double> boundsPartial_;
-  DeviceBuffer<unsigned long long> firstBad_;
   DeviceBuffer<float> mass_;
   DeviceBuffer<float> values_;
   DeviceBuffer<float> smoothed_;
@@ -1526,6 +1424,10 @@ private:
   // The weight of every particle, NaN when they differ or are not known (setWeights).
   float uniformWeight_ = std::numeric_limits<float>::quiet_NaN();
   DeviceImages images_; // periodic images made here (Problem::imagesByBackend), with the coordinates
+  // Whether this run's particles are images_'s; without a memory limit an open run keeps the
+  // buffers of the last periodic one (a periodic run after it would otherwise wait on cudaFree and
+  // cudaMalloc), and checkFits releases them when memory is short.
+  bool imagesInRun_ = false;
   std::unique_ptr<CudaMethod> methods_[8];
   CudaKthNeighbor kth_{ pool_ };
   CudaRadiusTree tree_{ pool_ };
