@@ -133,8 +133,8 @@ struct Problem
   // A search of the radius layer (Radii.h) instead of `operation`; null otherwise.
   const RadiusPass* radiusPass = nullptr;
   // Images made by the backend (BackendImplementation::makesPeriodicImages): prepareCoordinates
-  // appends them to the particles, so `count` includes them and `images` says how many; results
-  // are computed for them too and returned for the caller's particles only.
+  // appends them to the particles, so `count` includes them and `images` says how many; only the
+  // caller's particles' results are returned (Staged Tiles skips the images' sums).
   bool imagesByBackend = false;
   PeriodicImages box;
   std::int64_t images = 0;

@@ -88,6 +88,8 @@ struct TileSearch
   CellTable fine;                        // cells of R / 2 (with their keys: coordinates())
   const Particle* particles = nullptr;   // fine-cell order, frame coordinates of their own cell
   const std::int32_t* orderToInput = nullptr;
+  bool hasImages = false;                // periodic images made on the device (Problem::images)
+  int firstImage = 0;                    // the input index of the first one
   const std::int32_t* leaders = nullptr; // per tile: its first occupied fine cell
   const int2* items = nullptr;           // work items: (tile, chunk of the tile's own points)
   const int* itemCount = nullptr;        // how many (device memory)
@@ -543,6 +545,17 @@ __device__ __forceinline__ bool isNeighborInDouble(const TileSearch& g, const Op
   return neighbor;
 }
 
+/// Whether own point si is a periodic image made on the device: a neighbor of the particles only,
+/// since the engine returns the particles' results and an image's density is its particle's
+/// (CudaBackend.cu, divideWeightsByDensity). The loops per point skip its sums: where a warp
+/// holds particles too its image lanes only idle, but a warp of images alone (a tile's rows
+/// beyond a face along y or z) costs nothing.
+__device__ __forceinline__ bool isImage(const TileSearch& g, int si)
+{
+  // Without images the test reads nothing: the open box's loops stay as they were.
+  return g.hasImages && g.orderToInput[si] >= g.firstImage;
+}
+
 // --- A tile that does not fit shared memory: one thread per point, candidates from global -------
 
 template <class Op>
@@ -554,6 +567,10 @@ __device__ void searchFromGlobal(
     int x, y, z, offset;
     const int k = r.ownCell(t, x, y, z, offset);
     const int si = r.cellFirst[k] + offset;
+    if (isImage(g, si))
+    {
+      continue;
+    }
     const Particle pi = staged(g.particles[si], x, y, z);
     RegisterSums<Op> acc;
     unsigned decidedHere = 0;
@@ -941,6 +958,10 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
     int x, y, z, offset;
     const int k = r.ownCell(t, x, y, z, offset);
     const int si = r.cellFirst[k] + offset;
+    if (isImage(g, si))
+    {
+      continue;
+    }
     const Particle pi = r.points[r.stagedStart(k) + offset];
     const int steps = listPointRows<candidatesPerStep<Op>(), Format>(g, r, pi, x, y, z, rows);
     if (!Format::narrow || steps >= 0)
@@ -1770,6 +1791,8 @@ public:
     search_.fine = fine;
     search_.particles = cells_.particleRegion();
     search_.orderToInput = cells_.orderToInput();
+    search_.hasImages = p.images > 0;
+    search_.firstImage = static_cast<int>(p.count - p.images);
     search_.leaders = leaders;
     search_.side = side_;
     search_.reach = reach_;
