@@ -122,12 +122,17 @@ std::vector<Scenario> scenarios(const std::string& table)
   if (table == "smoothing")
   {
     // Shepard smoothing of 1 to 4 components on the 4M row: one pass of the search each
-    // (OperationPlan.h cuts wider arrays into passes of at most four).
-    for (int components : { 1, 2, 3, 4 })
+    // (OperationPlan.h cuts wider arrays into passes of at most four); then the same with about
+    // 24 and 190 neighbors (R = 1 and 2), where Staged Tiles' choice of loop is checked too.
+    for (double radius : { 1.5, 1.0, 2.0 })
     {
-      Scenario row{ "4M-smoothing-" + std::to_string(components), 4194304, 90.0, 1.5, Operation::Smoothing };
-      row.smoothedComponents = components;
-      rows.push_back(row);
+      const std::string suffix = radius == 1.5 ? "" : radius == 1.0 ? "-R1" : "-R2";
+      for (int components : { 1, 2, 3, 4 })
+      {
+        Scenario row{ "4M-smoothing-" + std::to_string(components) + suffix, 4194304, 90.0, radius, Operation::Smoothing };
+        row.smoothedComponents = components;
+        rows.push_back(row);
+      }
     }
   }
   if (all || table == "exactness")

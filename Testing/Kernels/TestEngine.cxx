@@ -676,14 +676,16 @@ struct LoopReference
     , smooth1Scale(ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0, true))
     , smooth3(ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0))
     , smooth3Scale(ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0, true))
+    , smooth9(ref.smooth(cloud, Kernel::CubicSpline, cloud.tensor9, 9, true, nullptr, 1.0))
+    , smooth9Scale(ref.smooth(cloud, Kernel::CubicSpline, cloud.tensor9, 9, true, nullptr, 1.0, true))
   {
   }
   Reference ref;
-  std::vector<double> rho, smooth1, smooth1Scale, smooth3, smooth3Scale;
+  std::vector<double> rho, smooth1, smooth1Scale, smooth3, smooth3Scale, smooth9, smooth9Scale;
 };
 
-/// Counts and density (expectCountsAndDensity), then Shepard smoothing of the scalar and the
-/// 3-vector, each against `want`.
+/// Counts and density (expectCountsAndDensity), then Shepard smoothing of the scalar, the
+/// 3-vector and the 9-component tensor (passes of four, four and one), each against `want`.
 void expectLoopResults(Engine& engine, Request r, const Cloud& cloud, const LoopReference& want)
 {
   expectCountsAndDensity(engine, r, cloud, want.ref, want.rho);
@@ -704,6 +706,13 @@ void expectLoopResults(Engine& engine, Request r, const Cloud& cloud, const Loop
   for (std::size_t k = 0; k < smooth3.size(); ++k)
   {
     ASSERT_NEAR(smooth3[k], want.smooth3[k], 1e-5 * std::max(std::abs(want.smooth3[k]), want.smooth3Scale[k])) << "entry " << k;
+  }
+  std::vector<float> smooth9(9 * cloud.size(), -1.0f);
+  r.smoothed = { { cloud.tensor9.data(), 9, smooth9.data(), "tensor" } };
+  engine.run(r);
+  for (std::size_t k = 0; k < smooth9.size(); ++k)
+  {
+    ASSERT_NEAR(smooth9[k], want.smooth9[k], 1e-5 * std::max(std::abs(want.smooth9[k]), want.smooth9Scale[k])) << "entry " << k;
   }
 }
 

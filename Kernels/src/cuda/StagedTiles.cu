@@ -35,9 +35,9 @@
 //    wavefronts bank conflicts between the lanes' different candidates (RESULTS.md, issue 22).
 //  - Smoothing stages the (weighted) values it smooths beside the points, so that no pair reads
 //    global memory (stagedComponents; not where pairs are decided in double).
-//  - Two inner loops over a staged tile. Count, density and smoothing of up to three staged
-//    components: one thread per point over its own rows (searchPointRows). Smoothing of four
-//    components, or of two or more read from global memory: cluster pairs as in GROMACS's NxM
+//  - Two inner loops over a staged tile. Count, density and smoothing of staged components: one
+//    thread per point over its own rows (searchPointRows). Smoothing of two or more components
+//    read from global memory: cluster pairs as in GROMACS's NxM
 //    scheme (Páll and Hess 2013; searchClusterPairs): a warp tests four
 //    points against the staged points within R of their box, each candidate read once for four
 //    pair tests, every lane busy on every step. With about 80 neighbors a box of four points
@@ -1929,11 +1929,12 @@ private:
   }
 
   /// Cluster pairs for smoothing of two or more components where the search reads the values
-  /// from global memory (the banded loop), and of four where they are staged; one thread per
-  /// point for the rest: the faster of the two on the 4M row (RESULTS.md, issue 22; with staged
-  /// values on the H200, points against clusters: 2 components 2.87 against 3.46 ms, 3
-  /// components 3.10 against 3.61, 4 components 4.09 against 3.96). NEIGHBORGRID_TILES_LOOP=
-  /// points|clusters (a benchmarking knob) takes one for every operation.
+  /// from global memory (the banded loop); one thread per point for the rest, staged values of
+  /// every width among them. On the 4M rows on the H200 the loop per point is the faster for one
+  /// to four staged components at about 24, 80 and 190 neighbors; four components took 1.72,
+  /// 3.28 and 7.12 ms by point against 2.40, 3.86 and 11.57 in cluster pairs (RESULTS.md, issue
+  /// 22). NEIGHBORGRID_TILES_LOOP=points|clusters (a benchmarking knob) takes one for every
+  /// operation.
   template <class Op>
   static bool usesClusterPairs(bool stagesValues)
   {
@@ -1947,7 +1948,7 @@ private:
       }
       return loop == "clusters";
     }
-    return Op::Terms >= (stagesValues ? 5 : 3);
+    return !stagesValues && Op::Terms >= 3;
   }
 
   template <class Op>
