@@ -890,7 +890,7 @@ __device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op
     // issue 22).
     constexpr bool readsAhead = !Format::narrow;
     const typename Format::Entry* nextRow = column + (readsAhead ? tileThreads : 0);
-    typename Format::Entry pending = readsAhead ? column[0] : 0;
+    [[maybe_unused]] typename Format::Entry pending = readsAhead ? column[0] : 0;
     int q = 0, end = 0;
     // Integer sums (Neighbor Count) are exact: one chunk (4M count search 1.454 -> 1.422 ms).
     constexpr int stepsPerFlush = std::is_integral<typename Op::Value>::value ? std::numeric_limits<int>::max()
@@ -2011,14 +2011,15 @@ private:
     kernel<<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
   }
 
-  /// Narrow row entries (RowFormat<true>) for smoothing of two or three staged components, where
+  /// Narrow row entries (RowFormat<true>) for smoothing of two to four staged components, where
   /// they let more blocks share an SM than wide ones and the tile's capacity fits their
   /// positions: on the 4M row on the H200 (whole cells), Shepard smoothing of two and three
   /// components 2.64 -> 2.51 and 2.94-2.96 -> 2.86-2.89 ms (four blocks instead of three); with
   /// x bins, three components 2.71 -> 2.68-2.70. Density took five blocks with them and 2.18 ->
   /// 2.14 ms with whole cells, but with x bins its rows hold fewer candidates and wide entries at
   /// four blocks are faster: 2.05-2.06 ms against 2.09; count, four blocks either way, 2.03 ->
-  /// 2.17 with narrow entries (RESULTS.md, issue 22).
+  /// 2.17 with narrow entries. Four components by point (H200, 4M, about 24 neighbors): 1.72 ms
+  /// against 1.86 with wide entries (RESULTS.md, issue 22).
   /// NEIGHBORGRID_TILES_ROWS=narrow|wide (a testing and benchmarking knob) takes one wherever the
   /// capacity allows.
   template <class Op, bool Banded>
