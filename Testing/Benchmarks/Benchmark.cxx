@@ -46,6 +46,7 @@ struct Scenario
   int runs = 0;                // runs per method when not --runs (0: --runs)
   int smoothedComponents = 0;  // Smoothing: Shepard smoothing of an array of this many components
   float outlierAt = 1e6f;      // the outlier's coordinates (each axis)
+  bool lattice = false;        // n = side^3 points on the integer lattice, row-major, in place of uniform ones
 };
 
 /// The rows of FENNS Tables 1-3 and CLAWS Tables 1-2, plus the 4M density row of the issues.
@@ -141,6 +142,11 @@ std::vector<Scenario> scenarios(const std::string& table)
     Scenario row{ "4M-density-exactness", 4194304, 90.0, 1.5, Operation::Density };
     row.floatOnly = true;
     rows.push_back(row);
+    // A crystal with R on a neighbor shell: 160^3 lattice points, R = 2 lattice spacings, so that
+    // every point has six pairs exactly R apart (32 neighbors), each decided in double.
+    Scenario lattice{ "4M-lattice-count", 4096000, 160.0, 2.0, Operation::NeighborCount };
+    lattice.lattice = true;
+    rows.push_back(lattice);
   }
   if (all || table == "outlier")
   {
@@ -520,6 +526,25 @@ std::vector<float> uniformCloud(std::int64_t n, double scene, std::uint64_t seed
   for (auto& thread : pool)
   {
     thread.join();
+  }
+  return xyz;
+}
+
+/// n = side^3 points on the integer lattice (spacing 1), row-major along x, then y, then z.
+std::vector<float> latticeCloud(std::int64_t n)
+{
+  const std::int64_t side = std::llround(std::cbrt(double(n)));
+  if (side * side * side != n)
+  {
+    std::fprintf(stderr, "a lattice row needs a cube number of points, not %lld\n", static_cast<long long>(n));
+    std::exit(2);
+  }
+  std::vector<float> xyz(3 * std::size_t(n));
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    xyz[3 * i] = static_cast<float>(i % side);
+    xyz[3 * i + 1] = static_cast<float>((i / side) % side);
+    xyz[3 * i + 2] = static_cast<float>(i / (side * side));
   }
   return xyz;
 }
@@ -1490,8 +1515,8 @@ int main(int argc, char** argv)
     {
       unsetenv("NEIGHBORGRID_BASELINE_CELL_SIZE");
     }
-    // Uniform random, unsorted points.
-    std::vector<float> xyz = uniformCloud(s.n, s.scene, 12345 + s.n * 31, 1);
+    // Uniform random, unsorted points (or the lattice's, row-major).
+    std::vector<float> xyz = s.lattice ? latticeCloud(s.n) : uniformCloud(s.n, s.scene, 12345 + s.n * 31, 1);
     if (s.outlier)
     {
       xyz[3 * (s.n - 1)] = xyz[3 * (s.n - 1) + 1] = xyz[3 * (s.n - 1) + 2] = s.outlierAt;
