@@ -174,7 +174,8 @@ __device__ __forceinline__ bool finishedLastOfGrid(unsigned int* doneBlocks)
 /// Adds a thread's count of double decisions to the run's counter: the lanes that call it
 /// together add their sum with one atomic. Where most points decide pairs in double (a lattice
 /// with R on a neighbor shell), one atomic add a point to the one counter serialized the search:
-/// about 2.5M of them took a 4M count from 2.07 to 3.08 ms on the H200 (RESULTS.md, issue 22).
+/// a 4M count whose points mostly decided pairs took 3.08 ms against 2.07 with the warp's sum
+/// (H200; RESULTS.md, issue 22).
 __device__ __forceinline__ void addDecided(unsigned long long* counter, unsigned decided)
 {
   const unsigned together = __activemask();

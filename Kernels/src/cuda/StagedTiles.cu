@@ -870,7 +870,7 @@ __device__ __forceinline__ void sumPointPairs(const TileSearch& g, const Op& op,
   acc.finish(op, si, g.orderToInput[si]);
   if constexpr (Banded)
   {
-    // Band-free: nothing was decided in double, and the warp's vote would cost density 0.6-0.9%
+    // Band-free: nothing was decided in double, and the warp's vote would cost density 0.4-1.0%
     // (4M row, H200).
     addDecided(decided, decidedHere);
   }
