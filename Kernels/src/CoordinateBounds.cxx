@@ -150,6 +150,16 @@ void widenBounds(const void* values, std::size_t count, int firstAxis, bool isDo
   }
 }
 
+std::int64_t bulkSampleIndex(int s, std::int64_t n)
+{
+  // SplitMix64's finalizer over the golden-ratio sequence: fixed, so runs are repeatable.
+  std::uint64_t z = (std::uint64_t(s) + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<std::int64_t>(z % std::uint64_t(n));
+}
+
 namespace
 {
 constexpr int bulkSample = 256;
@@ -167,7 +177,7 @@ void findBulkExtentTyped(const T* xyz, std::int64_t n, double bulkLo[3], double 
   }
   for (int s = 0; s < bulkSample; ++s)
   {
-    const std::int64_t i = (2 * s + 1) * n / (2 * bulkSample);
+    const std::int64_t i = bulkSampleIndex(s, n);
     for (int a = 0; a < 3; ++a)
     {
       double v = double(xyz[3 * i + a]), w = v;

@@ -31,8 +31,15 @@ struct CoordinateBounds
 /// bounds.allFinite (the bounds then mean nothing).
 void widenBounds(const void* values, std::size_t count, int firstAxis, bool isDouble, CoordinateBounds& bounds);
 
+/// The index of sample point s of n in findBulkExtent: scattered by a hash, not strided, so that
+/// the sample of a structured cloud (a lattice in row-major order, image data's points) does not
+/// fall on one row or plane of it. Strided, a 160^3 lattice's sample all had x = 0, its bulk
+/// was flat, and FENNS and CLAWS cut it into coarse cells of eight points: 41 and 40 ms for a
+/// count that takes Counting Sort 2 ms (H200; RESULTS.md, issue 22).
+std::int64_t bulkSampleIndex(int s, std::int64_t n);
+
 /// The extent of the bulk of n points (x y z x y z ..., float or double) within their bounds lo,
-/// hi: per axis, the third smallest and third largest value of a strided sample of 256 points,
+/// hi: per axis, the third smallest and third largest value of a sample of 256 points,
 /// widened by the share of a uniform cloud's extent that a sample leaves beyond them. A few far
 /// points (escaped particles, stray returns) stretch the bounds by orders of magnitude; the bulk's
 /// extent they leave alone. Where the bulk's volume is more than an eighth of the bounds' (even,

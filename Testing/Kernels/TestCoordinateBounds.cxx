@@ -5,9 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -132,10 +134,10 @@ struct UniformCloud
   }
 };
 
-/// The sample's point s of n (findBulkExtent reads every (2s + 1) n / 512-th point).
-std::int64_t sampled(std::int64_t s, std::int64_t n)
+/// The sample's point s of n.
+std::int64_t sampled(int s, std::int64_t n)
 {
-  return (2 * s + 1) * n / 512;
+  return neighborgrid::detail::bulkSampleIndex(s, n);
 }
 
 template <class T>
@@ -188,4 +190,37 @@ TEST(BulkExtent, EvenPlanarAndSmallCloudsKeepTheirBounds)
   UniformCloud<float> slab(8193, 10.0);
   slab.place(sampled(3, 8193), 5.0, 5.0, 60.0);
   expectBounds(slab, "one sampled far point, 6x the extent");
+  // Lattices in row-major order, whose every 512th point lies on one row or plane: a sample at
+  // such a stride found a flat bulk, and FENNS's coarse cells then held eight points.
+  for (int side : { 64, 128, 160 })
+  {
+    UniformCloud<float> lattice(std::int64_t(side) * side * side, 1.0);
+    for (std::int64_t i = 0; i < lattice.count(); ++i)
+    {
+      lattice.place(i, double(i % side), double(i / side % side), double(i / side / side));
+    }
+    expectBounds(lattice, (std::to_string(side) + "^3 lattice, row-major").c_str());
+  }
+}
+
+// The sample is spread over the whole array at every size, and stays inside it.
+TEST(BulkExtent, SampleCoversTheArray)
+{
+  for (std::int64_t n : { 1024LL, 8193LL, 4096000LL, 3000000000LL })
+  {
+    std::int64_t least = n, most = -1, lowerHalf = 0;
+    for (int s = 0; s < 256; ++s)
+    {
+      const std::int64_t i = sampled(s, n);
+      ASSERT_GE(i, 0) << n;
+      ASSERT_LT(i, n) << n;
+      least = std::min(least, i);
+      most = std::max(most, i);
+      lowerHalf += i < n / 2;
+    }
+    EXPECT_LT(least, n / 16) << n;
+    EXPECT_GT(most, n - n / 16) << n;
+    EXPECT_GT(lowerHalf, 96) << n;
+    EXPECT_LT(lowerHalf, 160) << n;
+  }
 }

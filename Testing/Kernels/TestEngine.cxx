@@ -944,6 +944,66 @@ TEST(EngineMethods, StagedTilesXBinsAreExact)
   expectMisspelledKnobRefused("NEIGHBORGRID_TILES_BINS", "3");
 }
 
+/// A lattice in a cube of `side` unit cells, every site exact in float: "simple cubic" (spacing
+/// a) or "face-centred" (cubes of 2a, nearest neighbors a sqrt(2) apart).
+Cloud latticeOf(const std::string& kind, double a, int side)
+{
+  std::mt19937_64 rng(61);
+  Cloud c;
+  c.name = kind + " lattice";
+  const bool faceCentred = kind == "face-centred";
+  const int sites[4][3] = { { 0, 0, 0 }, { 1, 1, 0 }, { 1, 0, 1 }, { 0, 1, 1 } };
+  for (int z = 0; z < side; ++z)
+  {
+    for (int y = 0; y < side; ++y)
+    {
+      for (int x = 0; x < side; ++x)
+      {
+        for (int k = 0; k < (faceCentred ? 4 : 1); ++k)
+        {
+          const int cell[3] = { x, y, z };
+          for (int d = 0; d < 3; ++d)
+          {
+            c.xyz.push_back(faceCentred ? a * (2 * cell[d] + sites[k][d]) : a * cell[d]);
+          }
+        }
+      }
+    }
+  }
+  ngtest::finishCloud(c, rng);
+  return c;
+}
+
+// A crystal with R on one of its neighbor shells puts that shell's pairs of every point within
+// rounding of R, each decided in double: six on a simple cubic lattice at R = 2a, twelve on a
+// face-centred one at its nearest distance, thirty at R = 5a (3-4-0 and 5-0-0), more than the
+// sixteen a point lists (BandPairs). Counted (a point with two or more sweeps its rows again) and
+// listed, both reaches: exact.
+TEST(EngineMethods, StagedTilesLatticeShellsAreExact)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
+  }
+  const std::initializer_list<const char*> ways = { "1 counted", "1 listed", "2 counted", "2 listed" };
+  expectLoopExactForKnob({ latticeOf("simple cubic", 0.25, 20) }, 0.5, "NEIGHBORGRID_TILES_BAND", ways);
+  if (HasFatalFailure())
+  {
+    return;
+  }
+  expectLoopExactForKnob({ latticeOf("face-centred", 0.25, 10) }, 0.25 * std::sqrt(2.0), "NEIGHBORGRID_TILES_BAND", ways);
+  if (HasFatalFailure())
+  {
+    return;
+  }
+  expectLoopExactForKnob({ latticeOf("simple cubic", 0.125, 20) }, 0.625, "NEIGHBORGRID_TILES_BAND", ways);
+  if (HasFatalFailure())
+  {
+    return;
+  }
+  expectMisspelledKnobRefused("NEIGHBORGRID_TILES_BAND", "list");
+}
+
 // --- Exactness at the cutoff ----------------------------------------------------------------
 /// Pairs at distance R and within a few units in the last place of it, far apart from each other,
 /// around `origin`, in the caller's type (float or double). Each pair's second point is the first

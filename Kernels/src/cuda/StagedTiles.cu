@@ -99,6 +99,9 @@ struct TileSearch
   float cullLimit = 0.0f;                // squared distance (fine-cell units) beyond which a row is skipped
   int xBinBits = 0;                      // each fine cell's points in 2^xBinBits bins along x (RadixCells)
   bool clusterPairs = false;             // staged tiles: cluster pairs, or one thread per point
+  // Pairs decided in double so far in the run from which on a block lists its points' pairs
+  // within rounding of R (BandPairs, searchPointRows).
+  unsigned long long listBandFrom = ~0ull;
   PairTest test;
 };
 
@@ -807,10 +810,75 @@ __device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRe
 /// spread over two or three such sums.
 constexpr int candidatesPerFlush = 64;
 
+/// The pairs within rounding of R that a point's float pass leaves to the double decision
+/// (addFloatPair). Counted: how many and the last one, two instructions a candidate; a point
+/// with two or more passes over its candidates again. Listed: up to `slots` of them, so that
+/// none passes again. A lattice with R on a neighbor shell puts every point's shell in the band
+/// (six pairs on a simple cubic lattice, twelve on a face-centred one): there (4M points) every
+/// point passing again took the count 3.40 ms, every point listing 1.85. But listing everywhere
+/// took the uniform 4M count row, where about one point in 50 has one such pair, 1.79 -> 1.98 ms
+/// (its loop is that tight), so a block lists only where the run has decided many pairs in
+/// double before it (searchPointRows): 1.97 on the lattice, 1.78-1.79 on the uniform row (H200;
+/// RESULTS.md, issue 22).
+template <bool Listed>
+struct BandPairs
+{
+  int count = 0, last = 0;
+
+  __device__ __forceinline__ void remember(int q)
+  {
+    ++count;
+    last = q;
+  }
+  /// decide(q) for every pair remembered, or passAgain() where they are not all here.
+  template <class Decide, class PassAgain>
+  __device__ __forceinline__ void decideAll(Decide&& decide, PassAgain&& passAgain) const
+  {
+    if (count == 1)
+    {
+      decide(last);
+    }
+    else if (count > 1)
+    {
+      passAgain();
+    }
+  }
+};
+
+template <>
+struct BandPairs<true>
+{
+  static constexpr int slots = 16;
+  int count = 0;
+  int at[slots]; // local memory (dynamic indices), written only for such pairs
+
+  __device__ __forceinline__ void remember(int q)
+  {
+    if (count < slots)
+    {
+      at[count] = q;
+    }
+    ++count;
+  }
+  template <class Decide, class PassAgain>
+  __device__ __forceinline__ void decideAll(Decide&& decide, PassAgain&& passAgain) const
+  {
+    if (count > slots)
+    {
+      passAgain();
+      return;
+    }
+    for (int k = 0; k < count; ++k)
+    {
+      decide(at[k]);
+    }
+  }
+};
+
 /// Point si (pi): its sums and its result over the candidates that sweep(visit, flush) hands to
 /// visit one by one, calling flush every candidatesPerFlush candidates or so; Banded as
-/// addFloatPair.
-template <bool Banded, class Op, class Sweep>
+/// addFloatPair, ListsBand as BandPairs' Listed.
+template <bool Banded, bool ListsBand, class Op, class Sweep>
 __device__ __forceinline__ void sumPointPairs(const TileSearch& g, const Op& op, const StagedRegion& r,
   const Particle& pi, int si, unsigned long long* decided, Sweep&& sweep)
 {
@@ -831,15 +899,13 @@ __device__ __forceinline__ void sumPointPairs(const TileSearch& g, const Op& op,
     }
   };
   // First pass: the pairs the float test decides (addFloatPair). The pairs within rounding of R
-  // (about one point in 50 at 80 neighbors has one) are counted and the last one remembered, so
-  // only a point with two or more sweeps its rows again.
-  int bandPairs = 0, bandAt = 0;
+  // (about one point in 50 at 80 neighbors has one) are remembered (BandPairs).
+  BandPairs<Banded && ListsBand> band;
   sweep(
     [&](int q) {
       if (addFloatPair<Banded>(g, op, r, pi, q, partial))
       {
-        ++bandPairs;
-        bandAt = q;
+        band.remember(q);
       }
     },
     flush);
@@ -857,14 +923,7 @@ __device__ __forceinline__ void sumPointPairs(const TileSearch& g, const Op& op,
         }
       }
     };
-    if (bandPairs == 1)
-    {
-      decideInDouble(bandAt);
-    }
-    else if (bandPairs > 1)
-    {
-      sweep(decideInDouble, flush);
-    }
+    band.decideAll(decideInDouble, [&]() { sweep(decideInDouble, flush); });
   }
   flush();
   acc.finish(op, si, g.orderToInput[si]);
@@ -877,7 +936,7 @@ __device__ __forceinline__ void sumPointPairs(const TileSearch& g, const Op& op,
 }
 
 /// Point si (pi) over the rows of its column (listPointRows, `steps` steps).
-template <bool Banded, class Format, class Op>
+template <bool Banded, bool ListsBand, class Format, class Op>
 __device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op, const StagedRegion& r,
   const typename Format::Entry* column, int steps, const Particle& pi, int si, unsigned long long* decided)
 {
@@ -886,7 +945,7 @@ __device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op
   // run out, so threads with short rows do not wait for threads with long ones. Every
   // instruction of the row change issues for every step (predicated off where the row goes on),
   // so it is kept to four or five.
-  sumPointPairs<Banded>(g, op, r, pi, si, decided, [&](auto&& visit, auto&& flush) {
+  sumPointPairs<Banded, ListsBand>(g, op, r, pi, si, decided, [&](auto&& visit, auto&& flush) {
     // Wide entries: each row's entry is read one row ahead, so that a row change decodes a value
     // already in a register instead of waiting on a shared-memory load (the last read lands in
     // the staged points after the lists: searchTile). On the 4M row on the H200: density's search
@@ -939,7 +998,7 @@ template <bool Banded, int Reach, class Op>
 __device__ __noinline__ void sweepPointRowsUnlisted(const TileSearch g, const Op op, const StagedRegion r,
   const Particle pi, int si, int x, int y, int z, unsigned long long* decided)
 {
-  sumPointPairs<Banded>(g, op, r, pi, si, decided, [&](auto&& visit, auto&& flush) {
+  sumPointPairs<Banded, false>(g, op, r, pi, si, decided, [&](auto&& visit, auto&& flush) {
     forEachPointRow<Reach, 1>(g, r, pi, x, y, z, [&](int begin, int end) {
       for (int q = begin; q < end; ++q)
       {
@@ -958,6 +1017,10 @@ template <bool Banded, class Format, class Op>
 __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedRegion& r,
   typename Format::Entry* rows, int chunkBegin, int chunkEnd, unsigned long long* decided)
 {
+  // Whether the block lists its points' pairs within rounding of R (BandPairs): where the run's
+  // blocks before it decided more than a quarter of a pair a point in double. About one point in
+  // 50 decides one on a uniform cloud; every point decides six on a lattice with R on a shell.
+  const bool listsBand = Banded && *static_cast<volatile unsigned long long*>(decided) >= g.listBandFrom;
   for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
   {
     int x, y, z, offset;
@@ -969,9 +1032,13 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
     }
     const Particle pi = r.points[r.stagedStart(k) + offset];
     const int steps = listPointRows<candidatesPerStep<Op>(), Format>(g, r, pi, x, y, z, rows);
-    if (!Format::narrow || steps >= 0)
+    if (listsBand && (!Format::narrow || steps >= 0))
     {
-      sweepPointRows<Banded, Format>(g, op, r, rows + threadIdx.x, steps, pi, si, decided);
+      sweepPointRows<Banded, true, Format>(g, op, r, rows + threadIdx.x, steps, pi, si, decided);
+    }
+    else if (!Format::narrow || steps >= 0)
+    {
+      sweepPointRows<Banded, false, Format>(g, op, r, rows + threadIdx.x, steps, pi, si, decided);
     }
     else if constexpr (Format::narrow)
     {
@@ -1808,6 +1875,7 @@ public:
     const double rho = p.radius / cellSize_;
     search_.cullLimit = static_cast<float>(rho * rho * (1.0 + 1e-4) + 1e-4);
     search_.xBinBits = cells_.xBinBits();
+    search_.listBandFrom = listBandFrom(n);
     search_.test = makePairTest(p.radius, cellSize_, double(side_ + 2 * reach_), run.input);
     listItems(run, n, layout, position + cells);
   }
@@ -2017,6 +2085,24 @@ private:
     auto* kernel = searchKernel<Op, Banded, NarrowRows>();
     allowDynamicSharedMemory(kernel, run.device->id, bytes, "allowing the staged tiles' shared memory");
     kernel<<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
+  }
+
+  /// The pairs decided in double from which on a block lists its pairs within rounding of R
+  /// (BandPairs): a quarter of a pair a point. NEIGHBORGRID_TILES_BAND=counted|listed (a
+  /// testing and benchmarking knob) takes one way everywhere.
+  static unsigned long long listBandFrom(int n)
+  {
+    const char* knob = std::getenv("NEIGHBORGRID_TILES_BAND");
+    const std::string band = knob ? knob : "";
+    if (knob && band != "counted" && band != "listed")
+    {
+      throw Error("NeighborGrid: NEIGHBORGRID_TILES_BAND is '" + band + "'; it takes 'counted' or 'listed'");
+    }
+    if (knob)
+    {
+      return band == "listed" ? 0ull : ~0ull;
+    }
+    return std::max(1ull, static_cast<unsigned long long>(n) / 4);
   }
 
   /// Narrow row entries (RowFormat<true>) for smoothing of two to four staged components, where
