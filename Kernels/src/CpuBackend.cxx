@@ -44,6 +44,7 @@ struct CellScratch
   std::vector<std::int32_t> counts;
   std::vector<float> sums, carries, distances;
   std::vector<std::uint8_t> band;
+  std::vector<std::int32_t> uncertain; // a point's pairs within rounding of R (listUncertain)
 
   void resize(std::int64_t points)
   {
@@ -814,7 +815,7 @@ private:
       }
       if (scratch.band[i])
       {
-        decided += addUncertainPairs(op, s, scratch.around, acc);
+        decided += addUncertainPairs(op, s, scratch.around, scratch.uncertain, acc);
       }
       acc.finish(op, static_cast<int>(s), orderToInput_[s]);
     }
@@ -842,24 +843,33 @@ private:
   }
 
   /// The pairs of point s that the float test left open, decided in double (rare: a few per
-  /// million pairs, or every pair of a point in a huge cell).
+  /// million pairs, or every pair of a point in a huge cell; every point of a lattice with R on
+  /// a neighbor shell). They are found by the vectorized test (listUncertain): found pair by pair,
+  /// a 4M lattice's count took 807 ms on 2 cores against 244 with the float test alone
+  /// (RESULTS.md, issue 22).
   template <class Op>
-  std::int64_t addUncertainPairs(const Op& op, std::int64_t s, const Neighborhood& around, RegisterSums<Op>& acc) const
+  std::int64_t addUncertainPairs(const Op& op, std::int64_t s, const Neighborhood& around,
+    std::vector<std::int32_t>& positions, RegisterSums<Op>& acc) const
   {
     const Particle& p = ordered_[s];
+    positions.resize(static_cast<std::size_t>(around.padded));
+    const std::int32_t listed = listUncertain(around, p, pairTest_.accept, pairTest_.reject, positions.data());
+    int run = 0;
     std::int64_t decided = 0;
-    around.forEachPoint([&](std::int64_t j, std::int64_t t) {
-      float r2 = frameSquared(p.x - around.x[j], p.y - around.y[j], p.z - around.z[j]);
-      if (!uncertain(r2, pairTest_))
+    for (std::int32_t k = 0; k < listed; ++k, ++decided)
+    {
+      const std::int64_t j = positions[k];
+      if (j >= around.size)
       {
-        return;
+        break; // padding: far away, and only a NaN frame coordinate puts it in the band
       }
-      ++decided;
+      const std::int64_t t = around.sortedAt(j, run);
+      float r2 = frameSquared(p.x - around.x[j], p.y - around.y[j], p.z - around.z[j]);
       if (pairTest_.exact(orderToInput_[s], orderToInput_[t], r2))
       {
         acc.add(op, static_cast<int>(t), ordered_[t], r2);
       }
-    });
+    }
     return decided;
   }
 

@@ -43,6 +43,22 @@ NG_INLINE float keepIf(bool keep, float x)
   return x;
 }
 
+/// The index of mask's lowest set bit (mask != 0).
+NG_INLINE int lowestBit(std::uint32_t mask)
+{
+#if defined(__GNUC__)
+  return __builtin_ctz(mask);
+#else
+  int bit = 0;
+  while (!(mask & 1u))
+  {
+    mask >>= 1;
+    ++bit;
+  }
+  return bit;
+#endif
+}
+
 /// Neighbors of q clearly inside R. The pairs not clearly outside (r2 <= reject, or NaN) are
 /// counted too: where the two counts differ, some pair needs the double decision.
 NG_INLINE std::int32_t countPoint(const Neighborhood& around, const Particle& q, float accept, float reject, std::uint8_t& band)
@@ -145,6 +161,31 @@ NG_SIMD_CLONES void countClearlyInside(const CellPairs& cell, std::int32_t* insi
   {
     inside[i] = countPoint(*cell.around, cell.points[i], cell.accept, cell.reject, cell.band[i]);
   }
+}
+
+NG_SIMD_CLONES std::int32_t listUncertain(
+  const Neighborhood& around, const Particle& q, float accept, float reject, std::int32_t* positions)
+{
+  const float* x = around.x.data();
+  const float* y = around.y.data();
+  const float* z = around.z.data();
+  std::int32_t listed = 0;
+  for (std::int64_t j = 0; j < around.padded; j += pairLanes)
+  {
+    // A lane mask per pairLanes candidates: the test vectorizes, and only the few in the band
+    // leave it.
+    std::uint32_t mask = 0;
+    for (int l = 0; l < pairLanes; ++l)
+    {
+      const float r2 = frameSquared(q.x - x[j + l], q.y - y[j + l], q.z - z[j + l]);
+      mask |= static_cast<std::uint32_t>(!(r2 < accept) & !(r2 > reject)) << l;
+    }
+    for (; mask != 0; mask &= mask - 1)
+    {
+      positions[listed++] = static_cast<std::int32_t>(j) + lowestBit(mask);
+    }
+  }
+  return listed;
 }
 
 NG_SIMD_CLONES void densityClearlyInside(const CellPairs& cell, const KernelParams& kernel, float* sum, float* carry)

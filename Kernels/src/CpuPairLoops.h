@@ -82,6 +82,17 @@ struct Neighborhood
     }
   }
 
+  /// The position in the sorted order of the point at `at` in the arrays, for increasing `at`
+  /// from one call to the next (run: where the last call left off, 0 at first).
+  std::int64_t sortedAt(std::int64_t at, int& run) const
+  {
+    while (runs[run + 1].at <= at)
+    {
+      ++run;
+    }
+    return runs[run].sorted + (at - runs[run].at);
+  }
+
   /// visit(position in the arrays, position in the sorted order) for every point.
   template <class Visit>
   void forEachPoint(Visit visit) const
@@ -125,6 +136,10 @@ void countClearlyInside(const CellPairs& cell, std::int32_t* inside);
 /// Per point, sum_j w_j W(r_ij) over the pairs clearly inside R, compensated (Kahan): the sum and
 /// its carry, as RegisterSums keeps them.
 void densityClearlyInside(const CellPairs& cell, const KernelParams& kernel, float* sum, float* carry);
+
+/// The positions in `around` of q's pairs within rounding of R (or NaN), in increasing order,
+/// written to `positions` (room for around.padded); returns how many.
+std::int32_t listUncertain(const Neighborhood& around, const Particle& q, float accept, float reject, std::int32_t* positions);
 
 /// The float squared distance of PairTest.h, from the differences (no fused multiply-add).
 inline float frameSquared(float dx, float dy, float dz)
