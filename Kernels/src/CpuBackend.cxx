@@ -845,8 +845,8 @@ private:
   /// The pairs of point s that the float test left open, decided in double (rare: a few per
   /// million pairs, or every pair of a point in a huge cell; every point of a lattice with R on
   /// a neighbor shell). They are found by the vectorized test (listUncertain): found pair by pair,
-  /// a 4M lattice's count took 807 ms on 2 cores against 244 with the float test alone
-  /// (RESULTS.md, issue 22).
+  /// a 4M lattice's count took 792-800 ms on 2 cores, 388-416 so, against about 240 with the
+  /// float test alone (RESULTS.md, issue 22).
   template <class Op>
   std::int64_t addUncertainPairs(const Op& op, std::int64_t s, const Neighborhood& around,
     std::vector<std::int32_t>& positions, RegisterSums<Op>& acc) const
