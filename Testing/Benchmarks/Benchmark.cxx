@@ -47,6 +47,7 @@ struct Scenario
   int smoothedComponents = 0;  // Smoothing: Shepard smoothing of an array of this many components
   float outlierAt = 1e6f;      // the outlier's coordinates (each axis)
   bool lattice = false;        // n = side^3 points on the integer lattice, row-major, in place of uniform ones
+  bool faceCentred = false;    // with lattice: n = 4 side^3 points of a face-centred cubic lattice (nearest 2^0.5 apart)
 };
 
 /// The rows of FENNS Tables 1-3 and CLAWS Tables 1-2, plus the 4M density row of the issues.
@@ -149,6 +150,15 @@ std::vector<Scenario> scenarios(const std::string& table)
     lattice.lattice = true;
     lattice.floatOnly = true;
     rows.push_back(lattice);
+    // A face-centred cubic crystal of 4 x 100^3 atoms (nearest neighbors 2^0.5 apart, the next
+    // shell at 2): its coordination number with the cutoff on the first shell (12 pairs a point
+    // within rounding of R) and between the shells, as a LAMMPS analysis takes it.
+    Scenario fccShell{ "4M-fcc-shell-count", 4000000, 200.0, std::sqrt(2.0), Operation::NeighborCount };
+    fccShell.lattice = fccShell.faceCentred = fccShell.floatOnly = true;
+    rows.push_back(fccShell);
+    Scenario fccBetween{ "4M-fcc-coordination", 4000000, 200.0, 1.7, Operation::NeighborCount };
+    fccBetween.lattice = fccBetween.faceCentred = true;
+    rows.push_back(fccBetween);
   }
   if (all || table == "outlier")
   {
@@ -202,6 +212,19 @@ std::vector<Scenario> scenarios(const std::string& table)
     const double scene = 90.0 * std::cbrt(double(n) / 4194304.0);
     rows.push_back({ "1M-count", n, scene, 1.5, Operation::NeighborCount });
     rows.push_back({ "1M-density", n, scene, 1.5, Operation::Density });
+  }
+  if (all || table == "sparser")
+  {
+    // 4M uniform points at 1.5 to 4 points per cell of R over the box (about 6 to 17
+    // neighbors), density: where Auto's rule moves from the baselines to Staged Tiles (no row
+    // of the papers' tables of a million points or more lies between 1 and 4.85).
+    const std::int64_t n = 4194304;
+    for (double perCell : { 1.5, 2.0, 2.5, 3.0, 4.0 })
+    {
+      char name[48];
+      std::snprintf(name, sizeof name, "4M-%.1f-per-cell", perCell);
+      rows.push_back({ name, n, 90.0, 90.0 * std::cbrt(perCell / double(n)), Operation::Density });
+    }
   }
   if (table == "smoke")
   {
@@ -532,21 +555,29 @@ std::vector<float> uniformCloud(std::int64_t n, double scene, std::uint64_t seed
   return xyz;
 }
 
-/// n = side^3 points on the integer lattice (spacing 1), row-major along x, then y, then z.
-std::vector<float> latticeCloud(std::int64_t n)
+/// n = side^3 points on the integer lattice (spacing 1), row-major along x, then y, then z; or,
+/// faceCentred, n = 4 side^3 points: cubes of side 2 with atoms at their corners and face
+/// centres, each cube's four atoms together, cubes row-major.
+std::vector<float> latticeCloud(std::int64_t n, bool faceCentred)
 {
-  const std::int64_t side = std::llround(std::cbrt(double(n)));
-  if (side * side * side != n)
+  const int sites = faceCentred ? 4 : 1;
+  const std::int64_t side = std::llround(std::cbrt(double(n / sites)));
+  if (side * side * side * sites != n)
   {
-    std::fprintf(stderr, "a lattice row needs a cube number of points, not %lld\n", static_cast<long long>(n));
+    std::fprintf(stderr, "a lattice row needs %s cube number of points, not %lld\n", faceCentred ? "four times a" : "a",
+      static_cast<long long>(n));
     std::exit(2);
   }
+  const int offsets[4][3] = { { 0, 0, 0 }, { 1, 1, 0 }, { 1, 0, 1 }, { 0, 1, 1 } };
+  const int scale = faceCentred ? 2 : 1;
   std::vector<float> xyz(3 * std::size_t(n));
   for (std::int64_t i = 0; i < n; ++i)
   {
-    xyz[3 * i] = static_cast<float>(i % side);
-    xyz[3 * i + 1] = static_cast<float>((i / side) % side);
-    xyz[3 * i + 2] = static_cast<float>(i / (side * side));
+    const std::int64_t cube = i / sites;
+    const int* offset = offsets[i % sites];
+    xyz[3 * i] = static_cast<float>(scale * (cube % side) + offset[0]);
+    xyz[3 * i + 1] = static_cast<float>(scale * ((cube / side) % side) + offset[1]);
+    xyz[3 * i + 2] = static_cast<float>(scale * (cube / (side * side)) + offset[2]);
   }
   return xyz;
 }
@@ -1430,7 +1461,7 @@ int main(int argc, char** argv)
     else
     {
       std::fprintf(stderr,
-        "usage: %s [--table=headline|issue|operations|smoothing|exactness|outlier|small|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|cpu|all|smoke]\n"
+        "usage: %s [--table=headline|issue|operations|smoothing|exactness|sparser|outlier|small|scale|billion|fenns1|fenns2|fenns3|claws1|claws2|cpu|all|smoke]\n"
         "          [--runs=N] [--csv=FILE] [--only-n=N] [--volume=N] [--periodic] [--operations=N]\n"
         "          [--slabs=N [--memory-limit=BYTES]] [--ranks=P [--n=N]] [--radii=N] [--radii-slabs=N]\n"
         "          [--smoothing-length=N [--memory-limit=BYTES]]\n"
@@ -1518,7 +1549,7 @@ int main(int argc, char** argv)
       unsetenv("NEIGHBORGRID_BASELINE_CELL_SIZE");
     }
     // Uniform random, unsorted points (or the lattice's, row-major).
-    std::vector<float> xyz = s.lattice ? latticeCloud(s.n) : uniformCloud(s.n, s.scene, 12345 + s.n * 31, 1);
+    std::vector<float> xyz = s.lattice ? latticeCloud(s.n, s.faceCentred) : uniformCloud(s.n, s.scene, 12345 + s.n * 31, 1);
     if (s.outlier)
     {
       xyz[3 * (s.n - 1)] = xyz[3 * (s.n - 1) + 1] = xyz[3 * (s.n - 1) + 2] = s.outlierAt;
