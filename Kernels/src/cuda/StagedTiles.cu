@@ -1017,9 +1017,9 @@ template <bool Banded, class Format, class Op>
 __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedRegion& r,
   typename Format::Entry* rows, int chunkBegin, int chunkEnd, unsigned long long* decided)
 {
-  // Whether the block lists its points' pairs within rounding of R (BandPairs): where the run's
-  // blocks before it decided more than a quarter of a pair a point in double. About one point in
-  // 50 decides one on a uniform cloud; every point decides six on a lattice with R on a shell.
+  // Whether the block lists its points' pairs within rounding of R (BandPairs): where the blocks
+  // before it have decided at least n / 4 pairs in double (listBandFrom). A uniform cloud decides
+  // about one pair in 50 points in all; a lattice with R on a shell six a point.
   const bool listsBand = Banded && *static_cast<volatile unsigned long long*>(decided) >= g.listBandFrom;
   for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
   {
