@@ -215,15 +215,25 @@ std::vector<Scenario> scenarios(const std::string& table)
   }
   if (all || table == "sparser")
   {
-    // 4M uniform points at 1.5 to 4 points per cell of R over the box (about 6 to 17
-    // neighbors), density: where Auto's rule moves from the baselines to Staged Tiles (no row
-    // of the papers' tables of a million points or more lies between 1 and 4.85).
-    const std::int64_t n = 4194304;
-    for (double perCell : { 1.5, 2.0, 2.5, 3.0, 4.0 })
+    // Uniform points at 0.25 to 4 points per cell of R over the box (about 1 to 17 neighbors),
+    // density: where Auto's rules move from CLAWS and the baselines to Staged Tiles, and where
+    // Staged Tiles moves from a search by point to tiles (no row of the papers' tables of a
+    // million points or more lies between 1 and 4.85 points per cell). 4M points at every
+    // density, 1M and 16M at five.
+    for (std::int64_t n : { std::int64_t(1048576), std::int64_t(4194304), std::int64_t(16777216) })
     {
-      char name[48];
-      std::snprintf(name, sizeof name, "4M-%.1f-per-cell", perCell);
-      rows.push_back({ name, n, 90.0, 90.0 * std::cbrt(perCell / double(n)), Operation::Density });
+      for (double perCell : { 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0 })
+      {
+        const bool everyDensity = n == 4194304;
+        if (!everyDensity && perCell != 0.5 && perCell != 1.0 && perCell != 1.5 && perCell != 2.0 && perCell != 3.0)
+        {
+          continue;
+        }
+        const double scene = 90.0 * std::cbrt(double(n) / 4194304.0);
+        char name[48];
+        std::snprintf(name, sizeof name, "%s-%g-per-cell", n == 1048576 ? "1M" : n == 4194304 ? "4M" : "16M", perCell);
+        rows.push_back({ name, n, scene, scene * std::cbrt(perCell / double(n)), Operation::Density });
+      }
     }
   }
   if (table == "smoke")

@@ -1004,6 +1004,32 @@ TEST(EngineMethods, StagedTilesLatticeShellsAreExact)
   expectMisspelledKnobRefused("NEIGHBORGRID_TILES_BAND", "list");
 }
 
+// Staged Tiles stages tiles of cells of R from 1.5 points per occupied cell, and below it each
+// point looks up its 27 cells. Both ways forced (NEIGHBORGRID_TILES_STAGING) on a sparse uniform
+// cloud (about 0.3 points per cell of R: most staged cells empty), clumps beside uniform points,
+// and a face-centred crystal with R on its first shell: exact.
+TEST(EngineMethods, StagedTilesStagingIsExact)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
+  }
+  const double radius = 0.5;
+  expectLoopExactForKnob({ ngtest::makeCloud("uniform", 8000, 15.0, 67), clumpsBesideUniform(71) }, radius,
+    "NEIGHBORGRID_TILES_STAGING", { "1 tiles", "1 points" });
+  if (HasFatalFailure())
+  {
+    return;
+  }
+  expectLoopExactForKnob({ latticeOf("face-centred", 0.25, 10) }, 0.25 * std::sqrt(2.0), "NEIGHBORGRID_TILES_STAGING",
+    { "1 tiles", "1 points" });
+  if (HasFatalFailure())
+  {
+    return;
+  }
+  expectMisspelledKnobRefused("NEIGHBORGRID_TILES_STAGING", "point");
+}
+
 // --- Exactness at the cutoff ----------------------------------------------------------------
 /// Pairs at distance R and within a few units in the last place of it, far apart from each other,
 /// around `origin`, in the caller's type (float or double). Each pair's second point is the first

@@ -1103,18 +1103,22 @@ private:
     }
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, coarse);
     const bool sparse = layout.mode == KeyMode::Wide || perCell < 0.2;
-    // Dense data (at least 3 points per cell of size R, about 12 neighbors, from 1M points on):
+    // Data of at least one point per cell of size R (about 4 neighbors), from 1M points on:
     // Staged Tiles. With many neighbors its culled rows of cells of R / 2 test about 2.0
-    // candidates per neighbor where the 27-cell search tests 6.6 (4M points, 80 neighbors: 2.73 ms against Radix
-    // Sort's 4.66); with fewer its tiles of cells of R stage 64 cells' points in shared memory
-    // (8M points, 20 neighbors: 3.1 ms against 4.6). Its lookup table and kept keys need 29-61
-    // bytes per point, so a billion points stay with Radix Sort (22 bytes).
+    // candidates per neighbor where the 27-cell search tests 6.6 (4M points, 80 neighbors: 2.73
+    // ms against Radix Sort's 4.66); with fewer its tiles of cells of R stage 64 cells' points in
+    // shared memory. Uniform clouds, density (H200, `--table=sparser`, RESULTS.md "Auto and
+    // Staged Tiles on sparser data"): 4M points at 1, 1.25, 1.5 and 2 points per cell, Staged
+    // Tiles 1.78, 1.57, 1.45 and 1.11 ms against the fastest other method's 1.83, 1.87, 1.92 and
+    // 1.95; 16M at 1, 6.58 against 6.91; 1M at 1, 0.486 against CLAWS's 0.468. Below one point
+    // per cell CLAWS is faster (the rule above). Its lookup table and kept keys need 29-61 bytes
+    // per point, so a billion points stay with Radix Sort (22 bytes).
     // Separate queries (Queries.cuh): a grid goes by bricks on any method's cells, and all tie
     // (512^3 density volume of 4M particles: Radix Sort 46.1 ms, Staged Tiles 45.7); a list of
     // points gathers one thread per query, where Staged Tiles' cells of R / 2 cost 125 lookups
     // per query against 27 (the same volume gathered point by point: Radix Sort 115.9 ms,
     // Staged Tiles 146.1 ms). So Radix Sort, in less memory.
-    if (p.count >= 1000000 && p.count <= 300000000 && perCell >= 3.0 && layout.mode != KeyMode::Wide &&
+    if (p.count >= 1000000 && p.count <= 300000000 && perCell >= 1.0 && layout.mode != KeyMode::Wide &&
       !p.queries.separate)
     {
       return Method::StagedTiles;

@@ -1817,13 +1817,15 @@ public:
     const int cells = fine.cells;
     const double perCell = double(n) / std::max(1, cells);
 
-    // Sparse data: below about 1.6 points per cell of R (2 points per occupied cell in a Poisson
-    // cloud) a tile of 4^3 cells stages 216 cells for about a hundred points or far fewer, and
-    // staging costs more than it saves (4M points at 0.05 neighbors: 161 ms with cells of R / 2,
-    // 6.0 ms by point; at 5.75 neighbors 2.6 ms in tiles of cells of R, 1.9 by point), so each
-    // point looks up its 27 cells of R (the search of Counting Sort and Radix Sort).
+    // Sparse data: below 1.5 points per occupied cell of R (a uniform cloud of about 0.9 points
+    // per cell of R) no tile holds enough points to pay for staging, so each point looks up its
+    // 27 cells of R (the search of Counting Sort and Radix Sort). Uniform clouds, density (H200,
+    // `--table=sparser`, tiles against by point): 4M points at 0.75 points per cell of R (1.42
+    // per occupied cell) 2.11 against 1.82 ms, at 1 (1.58) 1.78 against 1.88, at 1.5 (1.93) 1.45
+    // against 1.99; 16M at 1, 6.58 against 7.12; 1M at 1, 0.486 against 0.498.
     items_ = 0;
-    byPoint_ = reach_ == 1 && perCell < sparsePointsPerCell;
+    const bool sparse = searchesByPoint(perCell); // reads the knob on every run, so a misspelling is refused
+    byPoint_ = reach_ == 1 && sparse;
     pointTest_ = makePairTest(p.radius, cellSize_, 3.0, run.input);
     if (byPoint_)
     {
@@ -1944,7 +1946,7 @@ private:
   // Points per cell of R over the bounds from which cells of R / 2 pay (reachFor), and points
   // per occupied cell of R below which each point looks up its cells (sort).
   static constexpr double densePointsPerCellOfR = 10.0;
-  static constexpr double sparsePointsPerCell = 2.0;
+  static constexpr double sparsePointsPerCell = 1.5;
 
   /// Cells of R / 2 where the data are dense, of R where they are not. With few points per cell
   /// of R / 2 the rows of a point's 5 x 5 cells hold about one point each, and a tile of 4^3
@@ -2085,6 +2087,20 @@ private:
     auto* kernel = searchKernel<Op, Banded, NarrowRows>();
     allowDynamicSharedMemory(kernel, run.device->id, bytes, "allowing the staged tiles' shared memory");
     kernel<<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
+  }
+
+  /// Whether each point looks up its cells of R (points per occupied cell below
+  /// sparsePointsPerCell). NEIGHBORGRID_TILES_STAGING=tiles|points (a benchmarking knob) takes
+  /// one wherever the cells are of R.
+  static bool searchesByPoint(double perOccupiedCell)
+  {
+    const char* knob = std::getenv("NEIGHBORGRID_TILES_STAGING");
+    const std::string staging = knob ? knob : "";
+    if (knob && staging != "tiles" && staging != "points")
+    {
+      throw Error("NeighborGrid: NEIGHBORGRID_TILES_STAGING is '" + staging + "'; it takes 'tiles' or 'points'");
+    }
+    return knob ? staging == "points" : perOccupiedCell < sparsePointsPerCell;
   }
 
   /// The pairs decided in double from which on a block lists its pairs within rounding of R
