@@ -462,6 +462,37 @@ struct StagedRegion
     const int k = lastAtMost([this](int c) { return stagedStart(c); }, stagedCells, q);
     return cellFirst[k] + (q - stagedStart(k));
   }
+  /// globalOf(q) for staged point q at pq, without its search where the coordinates say: staged()
+  /// adds the cell's place to a frame coordinate in [0, 1], so each axis's place is the
+  /// coordinate's floor, or one less where the frame coordinate rounded up to 1 (the coordinate an
+  /// integer: a point on a cell's upper edge, as every other plane of a lattice lies). Each guess
+  /// stands where q lies in that cell's staged range. The pairs decided in double on a crystal
+  /// with R on its first shell took 237M warp instructions with the search alone (4M points,
+  /// Nsight Compute; RESULTS.md, issue 22).
+  __device__ __forceinline__ int globalOfAt(int q, const Particle& pq) const
+  {
+    if (index)
+    {
+      return index[q];
+    }
+    const float v[3] = { pq.x, pq.y, pq.z };
+    int k = 0, kBelow = 0;
+    for (int a = 2; a >= 0; --a)
+    {
+      const int place = min(max(__float2int_rd(v[a]), 0), S - 1); // NaN: 0, and the search decides
+      k = k * S + place;
+      kBelow = kBelow * S + (place > 0 && v[a] == float(place) ? place - 1 : place);
+    }
+    for (const int guess : { k, kBelow })
+    {
+      const int begin = stagedStart(guess);
+      if (q >= begin && q < stagedStart(guess + 1))
+      {
+        return cellFirst[guess] + (q - begin);
+      }
+    }
+    return globalOf(q);
+  }
 };
 
 /// One candidate of a loop's float pass: a neighbor's terms added to partial (count and density
@@ -538,7 +569,7 @@ __device__ __forceinline__ bool isNeighborInDouble(const TileSearch& g, const Op
   if (!(r2 < g.test.accept) && !(r2 > g.test.reject))
   {
     ++decidedHere;
-    const int sj = r.globalOf(q);
+    const int sj = r.globalOfAt(q, pj);
     if (g.test.exact(g.orderToInput[si], g.orderToInput[sj], r2))
     {
       op.pair(terms, sj, pj, r2);
@@ -860,20 +891,64 @@ struct BandPairs<true>
     }
     ++count;
   }
-  template <class Decide, class PassAgain>
-  __device__ __forceinline__ void decideAll(Decide&& decide, PassAgain&& passAgain) const
+  // Decided by decideListedInDouble, or where more than `slots`, by a second pass.
+};
+
+/// The pairs that point si listed within rounding of R (BandPairs<true>, at most its slots),
+/// decided in double as isNeighborInDouble does, four at a time: the four candidates' global
+/// indices, input indices and input coordinates are each read before any is used, and the own
+/// point's coordinates once, so that a point waits on two global reads a batch instead of three a
+/// pair. The same doubles and the same order of terms as one by one.
+template <class Op>
+__device__ __forceinline__ void decideListedInDouble(const TileSearch& g, const Op& op, const StagedRegion& r, int si,
+  const BandPairs<true>& band, unsigned& decidedHere, typename Op::Value (&partial)[Op::Terms])
+{
+  constexpr int batch = 4;
+  if (band.count == 0)
   {
-    if (count > slots)
+    return;
+  }
+  double own[3];
+  g.test.points.get(g.orderToInput[si], own[0], own[1], own[2]);
+  for (int first = 0; first < band.count; first += batch)
+  {
+    int q[batch], sj[batch];
+    Particle pj[batch];
+    double b[batch][3];
+#pragma unroll
+    for (int k = 0; k < batch; ++k)
     {
-      passAgain();
-      return;
+      // Past the list's end, and for the sentinel (a NaN coordinate), the own point stands in.
+      q[k] = band.at[min(first + k, band.count - 1)];
+      pj[k] = r.points[q[k]];
+      sj[k] = q[k] == r.sentinel ? si : r.globalOfAt(q[k], pj[k]);
     }
-    for (int k = 0; k < count; ++k)
+#pragma unroll
+    for (int k = 0; k < batch; ++k)
     {
-      decide(at[k]);
+      g.test.points.get(g.orderToInput[sj[k]], b[k][0], b[k][1], b[k][2]);
+    }
+#pragma unroll
+    for (int k = 0; k < batch; ++k)
+    {
+      if (first + k >= band.count || q[k] == r.sentinel)
+      {
+        continue;
+      }
+      ++decidedHere;
+      const double r2 = exactSquaredDistance(own[0], own[1], own[2], b[k][0], b[k][1], b[k][2]);
+      if (r2 <= g.test.radiusSquared)
+      {
+        typename Op::Value terms[Op::Terms];
+        op.pair(terms, sj[k], pj[k], static_cast<float>(r2 * g.test.frameScale));
+        for (int a = 0; a < Op::Terms; ++a)
+        {
+          partial[a] += terms[a];
+        }
+      }
     }
   }
-};
+}
 
 /// Point si (pi): its sums and its result over the candidates that sweep(visit, flush) hands to
 /// visit one by one, calling flush every candidatesPerFlush candidates or so; Banded as
@@ -923,7 +998,21 @@ __device__ __forceinline__ void sumPointPairs(const TileSearch& g, const Op& op,
         }
       }
     };
-    band.decideAll(decideInDouble, [&]() { sweep(decideInDouble, flush); });
+    if constexpr (ListsBand)
+    {
+      if (band.count <= BandPairs<true>::slots)
+      {
+        decideListedInDouble(g, op, r, si, band, decidedHere, partial);
+      }
+      else
+      {
+        sweep(decideInDouble, flush);
+      }
+    }
+    else
+    {
+      band.decideAll(decideInDouble, [&]() { sweep(decideInDouble, flush); });
+    }
   }
   flush();
   acc.finish(op, si, g.orderToInput[si]);
