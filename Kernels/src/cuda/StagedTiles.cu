@@ -849,8 +849,8 @@ constexpr int candidatesPerFlush = 64;
 /// point passing again took the count 3.40 ms, every point listing 1.85. But listing everywhere
 /// took the uniform 4M count row, where about one point in 50 has one such pair, 1.79 -> 1.98 ms
 /// (its loop is that tight), so a block lists only where the run has decided many pairs in
-/// double before it (searchPointRows): 1.97 on the lattice, 1.78-1.79 on the uniform row (H200;
-/// RESULTS.md, issue 22).
+/// double before it (searchPointRows): 1.97 on the lattice (1.93 with the pairs decided four at a
+/// time, decideListedInDouble), 1.78-1.79 on the uniform row (H200; RESULTS.md, issue 22).
 template <bool Listed>
 struct BandPairs
 {
