@@ -49,6 +49,23 @@ NG_HD double fusedMultiplyAdd(double a, double b, double c)
 #endif
 }
 
+/// floor(x / size), exactly, from an estimate q of x / size whose floor is off by at most one:
+/// the sign of the exact c * size - x (one rounding of an exact product and sum keeps the sign)
+/// says which way.
+NG_HD double floorOfQuotient(double q, double x, double size)
+{
+  double c = floor(q);
+  if (fusedMultiplyAdd(c, size, -x) > 0.0)
+  {
+    c -= 1.0;
+  }
+  else if (fusedMultiplyAdd(c + 1.0, size, -x) <= 0.0)
+  {
+    c += 1.0;
+  }
+  return c + 0.0; // never -0: keys of equal cells must be equal bit for bit
+}
+
 /// floor(x / size), exactly, for |x / size| < 2^53; beyond, the rounded quotient (a huge cell).
 /// The same on host and device: IEEE division and fused multiply-add are correctly rounded on both.
 NG_HD double cellCoordinate(double x, double size)
@@ -74,18 +91,22 @@ NG_HD double cellCoordinate(double x, double size)
     }
   }
 #endif
-  double c = floor(q);
-  // q is within half a unit of x / size, so floor(q) is off by at most one: the sign of the exact
-  // c * size - x (one rounding of an exact product and sum keeps the sign) says which way.
-  if (fusedMultiplyAdd(c, size, -x) > 0.0)
+  return floorOfQuotient(q, x, size);
+}
+
+/// cellCoordinate(x, size), given inverse = 1 / size (rounded): the same result, with a multiply
+/// in place of the division where |x / size| < 2^51. There x * inverse lies within two roundings
+/// (2^-52 |q| < 0.5) of x / size, so its floor is off by at most one, which floorOfQuotient
+/// corrects. A division is a subroutine of about twenty double instructions on the GPU, and the
+/// sort's key kernel takes three a point.
+NG_HD double cellCoordinate(double x, double size, double inverse)
+{
+  const double q = x * inverse;
+  if (!(fabs(q) < 0x1p51))
   {
-    c -= 1.0;
+    return cellCoordinate(x, size); // huge cells keep the correctly rounded quotient
   }
-  else if (fusedMultiplyAdd(c + 1.0, size, -x) <= 0.0)
-  {
-    c += 1.0;
-  }
-  return c + 0.0; // never -0: keys of equal cells must be equal bit for bit
+  return floorOfQuotient(q, x, size);
 }
 
 NG_HD bool isHugeCell(double c)

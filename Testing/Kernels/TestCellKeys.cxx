@@ -1,11 +1,13 @@
 // The Bits keys made from integer offsets (KeyLayout::bitsKeyOfOffsets, offsetsOfBitsKey: the GPU
 // searches' per-block cell lookups) against the keys made from cell coordinates in double
-// (bitsKey, cellOfBitsKey), on layouts of 32 and 64 bits with negative and positive bounds. Host
-// code: it runs on every backend and in CI.
+// (bitsKey, cellOfBitsKey), on layouts of 32 and 64 bits with negative and positive bounds; and the
+// cell coordinates from a multiply by the inverse size (the GPU's key kernels) against the exact
+// floor. Host code (the same source the GPU compiles): it runs on every backend and in CI.
 #include "CellGrid.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 
@@ -83,4 +85,60 @@ TEST(CellKeys, OffsetsMakeTheKeysOfCoordinates)
     }
   }
   EXPECT_GT(bits64, 0) << "no layout of the trials took 64-bit keys";
+}
+
+// cellCoordinate(x, size, inverse), the GPU kernels' multiply in place of a division, is the floor
+// of x / size exactly (the signs of the exact c size - x and (c + 1) size - x), and the same double
+// as the division's cellCoordinate(x, size): at random, next to multiples of the size (a few units
+// in the last place either side), and at quotients near and beyond 2^51, where it divides.
+TEST(CellKeys, CoordinatesFromTheInverseAreExact)
+{
+  using neighborgrid::detail::cellCoordinate;
+  std::mt19937_64 rng(2029);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0), exponent(-12.0, 12.0);
+  const double sizes[] = { 0.1, 1.0 / 3.0, 0.75, 1.5, 0.7071067811865476, 3e-7, 12345.678, 1e-300 };
+  int checked = 0;
+  for (const double size : sizes)
+  {
+    const double inverse = 1.0 / size;
+    auto check = [&](double x) {
+      const double c = cellCoordinate(x, size, inverse);
+      ASSERT_EQ(c, cellCoordinate(x, size)) << "x " << x << " size " << size;
+      ASSERT_FALSE(std::signbit(c) && c == 0.0);
+      if (std::fabs(c) < 0x1p51)
+      {
+        ASSERT_LE(std::fma(c, size, -x), 0.0) << "x " << x << " size " << size;
+        ASSERT_GT(std::fma(c + 1.0, size, -x), 0.0) << "x " << x << " size " << size;
+      }
+      ++checked;
+    };
+    for (int trial = 0; trial < 20000; ++trial)
+    {
+      check(unit(rng) * std::pow(10.0, exponent(rng)) * size * 1e3);
+      // Next to a multiple k size, where x * inverse and x / size round to either side.
+      const double k = std::floor(unit(rng) * (trial % 2 ? 1e6 : 1e14));
+      double x = k * size;
+      for (int step = 0; step < 3; ++step)
+      {
+        x = std::nextafter(x, -INFINITY);
+      }
+      for (int step = 0; step < 7; ++step, x = std::nextafter(x, INFINITY))
+      {
+        check(x);
+      }
+    }
+    for (const double q : { 0x1p50, 0x1p51, 0x1p52, 0x1p53, 0x1p60 })
+    {
+      for (const double sign : { -1.0, 1.0 })
+      {
+        check(sign * q * size);
+        check(std::nextafter(sign * q * size, 0.0));
+      }
+    }
+    check(0.0);
+    check(-0.0);
+    check(INFINITY);
+    check(-INFINITY);
+  }
+  EXPECT_GT(checked, 1000000);
 }

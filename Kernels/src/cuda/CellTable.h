@@ -139,9 +139,11 @@ private:
   };
   /// The key buffers for n points (the particles reuse them later), and the small buffers.
   Region ensureRegion(std::int64_t n, KeyMode mode);
-  /// Cell starts from the counts, and the lookup table of the unique keys.
-  void finishTable(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int cells,
-    const void* uniqueKeys, const std::int32_t* counts);
+  /// The cell starts (copied from `starts`, cells + 1 of them), and the lookup table of the cells'
+  /// keys (cell k's: keys[starts[k]]).
+  template <class Keys>
+  void finishTable(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int cells, Keys keys,
+    const std::int32_t* starts);
   DeviceBuffer<unsigned char> region_;
   DeviceBuffer<std::int32_t> orderToInput_;
   DeviceBuffer<std::int32_t> start_;
@@ -154,6 +156,7 @@ private:
   PinnedBuffer<int> runCountHost_;
   CellTable table_;
   int xBinBits_ = 0;
+  bool valuesStartInOrder_ = false; // build(): the sort's values start in orderToInput (not values A)
 };
 
 /// One point's insertion into SlotCells' hashed table of occupied cells (SlotCells::prepare):
@@ -162,6 +165,7 @@ struct SlotInsert
 {
   InputPoints input;
   double cellSize = 1.0;
+  double inverseCellSize = 1.0; // 1.0 / cellSize
   KeyLayout layout;
   CellLookup lookup;
   BitsSlot* table = nullptr;
@@ -171,7 +175,7 @@ struct SlotInsert
   __device__ std::int32_t insert(std::int64_t i) const
   {
     double c[3];
-    inputCell(input, i, cellSize, c);
+    inputCell(input, i, cellSize, inverseCellSize, c);
     std::uint64_t key = 0;
     layout.bitsKey(c, key);
     unsigned long long* keys = reinterpret_cast<unsigned long long*>(&table[0].key);

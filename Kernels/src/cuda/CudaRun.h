@@ -115,6 +115,18 @@ __device__ __forceinline__ void inputCell(const InputPoints& input, std::int64_t
   }
 }
 
+/// The same, given inverse = 1.0 / size: a multiply a coordinate instead of a division.
+__device__ __forceinline__ void inputCell(const InputPoints& input, std::int64_t i, double size, double inverse,
+  double c[3])
+{
+  double x[3];
+  input.get(i, x[0], x[1], x[2]);
+  for (int a = 0; a < 3; ++a)
+  {
+    c[a] = cellCoordinate(x[a], size, inverse);
+  }
+}
+
 /// Input point i in frame coordinates of its own cell, weight 1.
 __device__ __forceinline__ Particle inputParticle(const InputPoints& input, std::int64_t i, double size, double inverse)
 {
@@ -123,7 +135,7 @@ __device__ __forceinline__ Particle inputParticle(const InputPoints& input, std:
   float f[3];
   for (int a = 0; a < 3; ++a)
   {
-    f[a] = frameCoordinate(x[a], cellCoordinate(x[a], size), size, inverse);
+    f[a] = frameCoordinate(x[a], cellCoordinate(x[a], size, inverse), size, inverse);
   }
   return Particle{ f[0], f[1], f[2], 1.0f };
 }

@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(gridSearchThreads) gridSearch(CellTable grid, 
   if (active)
   {
     i = orderToInput[s];
-    inputCell(test.points, i, grid.cellSize, c);
+    inputCell(test.points, i, grid.cellSize, grid.inverseCellSize, c);
     for (int a = 0; a < 3; ++a)
     {
       pointCell[threadIdx.x][a] = c[a];

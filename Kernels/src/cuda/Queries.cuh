@@ -77,7 +77,7 @@ __device__ __forceinline__ void forEachCandidate(const double x[3], const QueryS
   float f[3];
   for (int a = 0; a < 3; ++a)
   {
-    c[a] = cellCoordinate(x[a], table.cellSize);
+    c[a] = cellCoordinate(x[a], table.cellSize, table.inverseCellSize);
     f[a] = frameCoordinate(x[a], c[a], table.cellSize, table.inverseCellSize);
   }
   const Particle query{ f[0], f[1], f[2], 0.0f };

@@ -59,6 +59,8 @@
 
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
 
 #include <cstdlib>
 #include <limits>
@@ -90,8 +92,7 @@ struct TileSearch
   const std::int32_t* orderToInput = nullptr;
   bool hasImages = false;                // periodic images made on the device (Problem::images)
   int firstImage = 0;                    // the input index of the first one
-  const std::int32_t* leaders = nullptr; // per tile: its first occupied fine cell
-  const int2* items = nullptr;           // work items: (tile, chunk of the tile's own points)
+  const int2* items = nullptr;           // work items: (the tile's leader cell, chunk of its own points)
   const int* itemCount = nullptr;        // how many (device memory)
   int side = maxTileSide;                // fine cells per tile and axis: 1, 2 or 4
   int reach = maxReach;                  // cells of R / reach: neighbors lie within `reach` cells
@@ -185,98 +186,83 @@ __device__ __forceinline__ void placeInCube(int m, int S, float inverseS, int& x
   x = m - row * S;
 }
 
-/// flags[k] = 1 when occupied fine cell k is the first occupied cell of its tile (row-major).
-__global__ void markTileLeaders(CellTable fine, int side, std::int32_t* __restrict__ flags)
+/// The leader of occupied fine cell k's tile: the tile's first occupied cell in row-major order,
+/// k itself where none comes before it. Where the data are dense the tile's first cell is
+/// occupied, and this takes one lookup.
+__device__ int tileLeaderOf(const CellTable& fine, int k, int side)
 {
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k >= fine.cells)
-  {
-    return;
-  }
   const TileAnchor tile = tileAnchorOf(fine, k, side);
   const int mine = tile.place[0] + side * (tile.place[1] + side * tile.place[2]);
   const float inverseSide = 1.0f / side;
-  int leader = 1;
-  for (int m = 0; m < mine && leader; ++m)
+  for (int m = 0; m < mine; ++m)
   {
     int x, y, z;
     placeInCube(m, side, inverseSide, x, y, z);
-    if (cellNearAnchor(fine, tile, x, y, z) >= 0)
+    const int found = cellNearAnchor(fine, tile, x, y, z);
+    if (found >= 0)
     {
-      leader = 0;
+      return found;
     }
   }
-  flags[k] = leader;
+  return k;
 }
 
-__global__ void gatherTileLeaders(const std::int32_t* __restrict__ flags, const std::int32_t* __restrict__ position,
-  int cells, std::int32_t* __restrict__ leaders)
+/// ownPoints[leader of k's tile] += the points of occupied fine cell k, over a cleared ownPoints:
+/// each tile's own points then sit at its leader, and every other cell holds zero.
+__global__ void addToTileLeaders(CellTable fine, int side, std::int32_t* __restrict__ ownPoints)
 {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < cells && flags[k])
+  if (k < fine.cells)
   {
-    leaders[position[k]] = k;
+    atomicAdd(&ownPoints[tileLeaderOf(fine, k, side)], fine.start[k + 1] - fine.start[k]);
   }
 }
 
 /// Own points of a tile per block: all of a tile that can stage its region, in blocks of 1024; a
 /// tile whose region would not fit at its own points' density reads candidates from global
 /// memory and gets a block per 256 points. Any split is correct; this one only sets the speed.
-__device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, int reach, int capacity)
+/// The staged estimate ownTotal S^3 / side^3 is compared with the capacity in integers: with a
+/// division in double, the scan of the 64M row's 24M cells (TileChunks) took 159 us on the H200
+/// instead of 76.
+__host__ __device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, int reach, int capacity)
 {
   const int S = side + 2 * reach;
-  const double stagedEstimate = double(ownTotal) * (S * S * S) / (side * side * side);
-  return stagedEstimate > capacity ? tileThreads : 4 * tileThreads;
+  const bool fits = std::int64_t(ownTotal) * (S * S * S) <= std::int64_t(capacity) * (side * side * side);
+  return fits ? 4 * tileThreads : tileThreads;
 }
 
-/// The tile's own fine cells' points, summed over a warp (every lane gets the sum).
-__device__ int ownPointsOfTile(const TileSearch& g, const TileAnchor& tile, int lane)
+/// The work items of the tile that cell k leads (chunkPointsFor), none where k leads no tile.
+struct TileChunks
 {
-  const int side = g.side;
-  const float inverseSide = 1.0f / side;
-  int own = 0;
-  for (int m = lane; m < side * side * side; m += 32)
-  {
-    int x, y, z;
-    placeInCube(m, side, inverseSide, x, y, z);
-    const int k = cellNearAnchor(g.fine, tile, x, y, z);
-    own += k >= 0 ? g.fine.start[k + 1] - g.fine.start[k] : 0;
-  }
-  for (int d = 16; d > 0; d /= 2)
-  {
-    own += __shfl_xor_sync(0xffffffffu, own, d);
-  }
-  return own;
-}
+  const std::int32_t* ownPoints = nullptr; // addToTileLeaders'
+  int side = 1, reach = 1, capacity = 0;
 
-/// Tile `tile`'s work items, by one warp.
-__device__ void listChunksOfTile(const TileSearch& g, int tile, int lane, int2* __restrict__ items, int* __restrict__ itemCount)
-{
-  const int own = ownPointsOfTile(g, tileAnchorOf(g.fine, g.leaders[tile], g.side), lane);
-  const int per = chunkPointsFor(own, g.side, g.reach, g.capacity);
-  const int chunks = max(1, (own + per - 1) / per);
-  int first = 0;
-  if (lane == 0)
+  __host__ __device__ int operator()(int k) const
   {
-    first = atomicAdd(itemCount, chunks);
+    const int own = ownPoints[k];
+    if (own == 0)
+    {
+      return 0;
+    }
+    const int per = chunkPointsFor(own, side, reach, capacity);
+    return (own + per - 1) / per;
   }
-  first = __shfl_sync(0xffffffffu, first, 0);
-  for (int c = lane; c < chunks; c += 32)
-  {
-    items[first + c] = make_int2(tile, c);
-  }
-}
+};
 
-/// One warp per tile, striding over the `*tiles` tiles: the tile's work items (tile, chunk),
-/// placed by an atomic counter (the items' order does not change any result: each point is
-/// summed by one thread).
-__global__ void listTileChunks(TileSearch g, const int* __restrict__ tiles, int2* __restrict__ items, int* __restrict__ itemCount)
+/// The work items (leader cell, chunk) of the tile that cell k leads, from position[k] on (an
+/// exclusive sum of TileChunks): in the cells' key order, so that the blocks resident together
+/// stage neighboring regions and the L2 serves a staged point to the blocks that share it.
+__global__ void writeTileItems(TileChunks chunks, const std::int32_t* __restrict__ position, int cells,
+  int2* __restrict__ items)
 {
-  const int warps = gridDim.x * blockDim.x / 32;
-  const int lane = threadIdx.x % 32;
-  for (int tile = (blockIdx.x * blockDim.x + threadIdx.x) / 32; tile < *tiles; tile += warps)
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < cells)
   {
-    listChunksOfTile(g, tile, lane, items, itemCount);
+    const int first = position[k], count = position[k + 1] - first;
+    for (int c = 0; c < count; ++c)
+    {
+      items[first + c] = make_int2(k, c);
+    }
   }
 }
 
@@ -1794,7 +1780,7 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
   region.sentinel = g.capacity;
 
   const int2 item = g.items[blockIdx.x];
-  const int stagedTotal = placeStagedCells(g, region, tileAnchorOf(g.fine, g.leaders[item.x], g.side), cells, placement);
+  const int stagedTotal = placeStagedCells(g, region, tileAnchorOf(g.fine, item.x, g.side), cells, placement);
   placeOwnCells(region, cells);
   const bool fits = stagedTotal <= g.capacity;
   if (fits)
@@ -1874,7 +1860,7 @@ class StagedTiles final : public CudaMethod
 {
 public:
   explicit StagedTiles(DevicePool& pool)
-    : cells_(pool), flags_(pool), position_(pool), leaders_(pool), scratch_(pool), itemList_(pool), itemCount_(pool)
+    : cells_(pool), ownPoints_(pool), position_(pool), scratch_(pool), itemList_(pool)
   {
   }
   Method id() const override { return Method::StagedTiles; }
@@ -1884,9 +1870,9 @@ public:
     const Problem& p = *run.problem;
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSizeFor(p.radius, reachFor(p)));
     const std::int64_t cells = cellCapacity(run.count, layout);
-    // Leader flags, their positions and the leaders: at most three words per occupied cell; work
-    // items: one per tile and one per 256 points.
-    return RadixCells::plannedBytes(run.count, layout, true) + 12 * (cells + 1) +
+    // Each tile's own points at its leader and the items' positions: two words per occupied cell;
+    // work items: one per tile and one per 256 points.
+    return RadixCells::plannedBytes(run.count, layout, true) + 8 * (cells + 1) +
       8 * (cells + run.count / tileThreads + 2) + (std::int64_t(8) << 20);
   }
 
@@ -1938,28 +1924,12 @@ public:
     // third of its cycles).
     capacity_ = static_cast<int>(std::min<double>(maxCapacity, std::ceil((1.05 * expected + 96) / 32) * 32));
 
-    std::int32_t* flags = flags_.ensure(std::size_t(cells) + 1, "tile leader flags");
-    std::int32_t* position = position_.ensure(std::size_t(cells) + 1, "tile leader positions");
-    NG_CUDA_CHECK(cudaMemsetAsync(flags + cells, 0, sizeof(std::int32_t), run.stream), "tile leader flags");
-    markTileLeaders<<<blocksFor(cells), 256, 0, run.stream>>>(fine, side_, flags);
-    NG_CUDA_CHECK_LAUNCH("markTileLeaders");
-    std::size_t scanBytes = 0;
-    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, flags, position, cells + 1, run.stream),
-      "sizing the tile scan");
-    void* temp = scratch_.ensure(scanBytes, "tile scan scratch");
-    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scanBytes, flags, position, cells + 1, run.stream),
-      "scanning tile leaders");
-    std::int32_t* leaders = leaders_.ensure(std::size_t(std::max(1, cells)), "tile leaders");
-    gatherTileLeaders<<<blocksFor(cells), 256, 0, run.stream>>>(flags, position, cells, leaders);
-    NG_CUDA_CHECK_LAUNCH("gatherTileLeaders");
-
     search_ = TileSearch{};
     search_.fine = fine;
     search_.particles = cells_.particleRegion();
     search_.orderToInput = cells_.orderToInput();
     search_.hasImages = p.images > 0;
     search_.firstImage = static_cast<int>(p.count - p.images);
-    search_.leaders = leaders;
     search_.side = side_;
     search_.reach = reach_;
     search_.capacity = capacity_;
@@ -1968,7 +1938,7 @@ public:
     search_.xBinBits = cells_.xBinBits();
     search_.listBandFrom = listBandFrom(n);
     search_.test = makePairTest(p.radius, cellSize_, double(side_ + 2 * reach_), run.input);
-    listItems(run, n, layout, position + cells);
+    listItems(run, n, layout);
   }
   double cellSize() const override { return cellSize_; }
   bool sortWeighsOne() const override { return true; }
@@ -1978,16 +1948,20 @@ public:
   std::int64_t heldBytes() const override
   {
     return cells_.heldBytes() +
-      std::int64_t(flags_.bytes() + position_.bytes() + leaders_.bytes() + scratch_.bytes() + itemList_.bytes() +
-        itemCount_.bytes());
+      std::int64_t(ownPoints_.bytes() + position_.bytes() + scratch_.bytes() + itemList_.bytes());
   }
 
   NEIGHBORGRID_SEARCHES_BY(launch)
 
 private:
-  /// The search's work items: every tile in chunks of its own points (chunkPointsFor). Their
-  /// count stays on the device (the tiles' count at `tiles` too): the search reads it.
-  void listItems(CudaRun& run, int n, const KeyLayout& layout, const int* tiles)
+  /// The search's work items: every tile in chunks of its own points (chunkPointsFor), listed by
+  /// each tile's leader (its first occupied cell) in the cells' order. Their count stays on the
+  /// device: the search reads it. This replaced a warp a tile that looked up its 64 cells and
+  /// placed its items by an atomic counter, after a pass that flagged the leaders and a gather of
+  /// them. On the H200 the listing's kernels took 74 -> 49 us on the 4M density row and 0.98 ->
+  /// 0.48 ms on the 64M one, and with the items exactly in the cells' order the searches took
+  /// about 1% less (RESULTS.md, issue 22).
+  void listItems(CudaRun& run, int n, const KeyLayout& layout)
   {
     const int cells = search_.fine.cells;
     if (cells == 0)
@@ -1997,23 +1971,34 @@ private:
     // A tile holds an occupied cell and lies in the grid; its chunks hold 256 points or more but
     // the last.
     const std::size_t bound = std::size_t(tileBound(layout, cells)) + std::size_t(n) / tileThreads + 1;
-    int2* items = itemList_.ensure(bound, "tile work items");
-    int* count = itemCount_.ensure(1, "tile work item count");
-    NG_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int), run.stream), "tile work item count");
-    const int blocks = std::min(blocksFor(cells, 256), 8 * run.device->multiprocessors);
-    listTileChunks<<<blocks, 256, 0, run.stream>>>(search_, tiles, items, count);
-    NG_CUDA_CHECK_LAUNCH("listTileChunks");
-    search_.items = items;
-    search_.itemCount = count;
-    // The search launches a block per item of the bound; those beyond the count return at once.
-    // Without the two host waits for the tile and item counts the 4M sort stage took 20-40 us
-    // less on the H200; a grid of resident blocks that took items from a counter instead made
-    // every search 60-115 us slower (RESULTS.md, issue 22).
     if (bound > std::size_t(std::numeric_limits<int>::max()))
     {
       throw Error("NeighborGrid: Staged Tiles would need " + std::to_string(bound) +
         " work items, more than a CUDA grid holds; split the points into slabs");
     }
+    std::int32_t* ownPoints = ownPoints_.ensure(std::size_t(cells) + 1, "each tile's own points");
+    std::int32_t* position = position_.ensure(std::size_t(cells) + 1, "the tiles' work item positions");
+    NG_CUDA_CHECK(cudaMemsetAsync(ownPoints, 0, sizeof(std::int32_t) * (std::size_t(cells) + 1), run.stream),
+      "each tile's own points");
+    addToTileLeaders<<<blocksFor(cells), 256, 0, run.stream>>>(search_.fine, side_, ownPoints);
+    NG_CUDA_CHECK_LAUNCH("addToTileLeaders");
+    const TileChunks chunks{ ownPoints, side_, reach_, capacity_ };
+    const auto chunksOfCell = thrust::make_transform_iterator(thrust::counting_iterator<int>(0), chunks);
+    std::size_t scanBytes = 0;
+    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, chunksOfCell, position, cells + 1, run.stream),
+      "sizing the scan of the tiles' work items");
+    void* temp = scratch_.ensure(scanBytes, "tile scan scratch");
+    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scanBytes, chunksOfCell, position, cells + 1, run.stream),
+      "scanning the tiles' work items");
+    int2* items = itemList_.ensure(bound, "tile work items");
+    writeTileItems<<<blocksFor(cells), 256, 0, run.stream>>>(chunks, position, cells, items);
+    NG_CUDA_CHECK_LAUNCH("writeTileItems");
+    search_.items = items;
+    search_.itemCount = position + cells;
+    // The search launches a block per item of the bound; those beyond the count return at once.
+    // Without the two host waits for the tile and item counts the 4M sort stage took 20-40 us
+    // less on the H200; a grid of resident blocks that took items from a counter instead made
+    // every search 60-115 us slower (RESULTS.md, issue 22).
     items_ = static_cast<int>(bound);
   }
 
@@ -2258,12 +2243,10 @@ private:
   }
 
   RadixCells cells_;
-  DeviceBuffer<std::int32_t> flags_;
+  DeviceBuffer<std::int32_t> ownPoints_;
   DeviceBuffer<std::int32_t> position_;
-  DeviceBuffer<std::int32_t> leaders_;
   DeviceBuffer<unsigned char> scratch_;
   DeviceBuffer<int2> itemList_;
-  DeviceBuffer<int> itemCount_;
   TileSearch search_;
   PairTest pointTest_; // the search by point (sparse data): frames of 3 cells
   double cellSize_ = 1.0;
