@@ -339,11 +339,16 @@ NG_HD std::uint64_t mixWide(const WideKey& k)
 /// Open addressing with linear probing over a power-of-two number of slots, at most half full.
 /// Where the key space is no larger than the table ("identity"), the key is its own slot: no
 /// probing, and the table is the dense grid of the bounding box (the data fill their bounds).
+/// Such a table of cells sorted by key (RadixCells) holds only each slot's cell, 4 bytes instead
+/// of a 16-byte BitsSlot (identityCells). On the H200, 64M points (2^25 slots): a quarter of the
+/// bytes to clear, the insertion 373 -> 221 us, the sort stage 6.19 -> 5.40 ms and Staged Tiles'
+/// search, whose blocks look up their staged cells, 23.02 -> 22.71 ms (RESULTS.md, issue 22).
 struct CellLookup
 {
   KeyMode mode = KeyMode::Bits32;
   const BitsSlot* bitsSlots = nullptr;
   const WideSlot* wideSlots = nullptr;
+  const std::int32_t* identityCells = nullptr; // identity tables of RadixCells: the cell of each key, or -1
   std::uint64_t mask = 0; // slots - 1
   int log2Slots = 1;
   bool identity = false;
@@ -356,6 +361,10 @@ struct CellLookup
 
   NG_HD int findBits(std::uint64_t key) const
   {
+    if (identityCells)
+    {
+      return identityCells[key & mask];
+    }
     for (std::uint64_t s = home(key);; s = (s + 1) & mask)
     {
       const BitsSlot slot = bitsSlots[s];

@@ -116,9 +116,9 @@ struct StartsCell
   __host__ __device__ bool operator()(int i) const { return i == 0 || i == n || !(keys[i] == keys[i - 1]); }
 };
 
-/// Cell k (its key: keys[start[k]]) into the lookup table (slots claimed by their cell field, or
-/// stored where the key is its own slot: lookup.identity);
-/// kept[k] = its key when the caller keeps them. Slot: BitsSlot (Bits keys) or WideSlot.
+/// Cell k (its key: keys[start[k]]) into the hashed lookup table (slots claimed by their cell
+/// field; identity tables: insertIdentityCells); kept[k] = its key when the caller keeps them.
+/// Slot: BitsSlot (Bits keys) or WideSlot.
 template <class Keys, class Slot, class KeptT>
 __global__ void insertUniqueKeys(Keys keys, const std::int32_t* __restrict__ start, int cells, CellLookup lookup,
   Slot* slots, KeptT* __restrict__ kept)
@@ -129,28 +129,35 @@ __global__ void insertUniqueKeys(Keys keys, const std::int32_t* __restrict__ sta
     return;
   }
   const auto key = asSlotKey(keys[start[k]]);
-  bool stored = false;
-  if constexpr (std::is_same<Slot, BitsSlot>::value)
-  {
-    // The key is its own slot and the keys are unique: one store, no claim (the 4M row's 1.6M
-    // cells: 34 -> 17 us under the profiler).
-    if (lookup.identity)
-    {
-      slots[lookup.home(key)] = BitsSlot{ key, k, -1 };
-      stored = true;
-    }
-  }
-  for (std::uint64_t s = lookup.home(key); !stored; s = (s + 1) & lookup.mask)
+  for (std::uint64_t s = lookup.home(key);; s = (s + 1) & lookup.mask)
   {
     if (atomicCAS(&slots[s].cell, -1, k) == -1)
     {
       slots[s].key = key;
-      stored = true;
+      break;
     }
   }
   if (kept)
   {
     kept[k] = key;
+  }
+}
+
+/// identityCells[key of cell k] = k, k = 0 .. cells - 1 (keys[start[k]]: RadixCells' identity
+/// tables, CellLookup::identityCells); kept[k] = the key when the caller keeps them.
+template <class Keys>
+__global__ void insertIdentityCells(Keys keys, const std::int32_t* __restrict__ start, int cells,
+  std::int32_t* __restrict__ identityCells, std::uint64_t* __restrict__ kept)
+{
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < cells)
+  {
+    const std::uint64_t key = keys[start[k]];
+    identityCells[key] = k;
+    if (kept)
+    {
+      kept[k] = key;
+    }
   }
 }
 
@@ -199,13 +206,14 @@ std::int64_t alignUp(std::int64_t bytes)
   return (bytes + 255) & ~std::int64_t(255);
 }
 
-/// Slots for at most `cells` cells.
+/// Slots for at most `cells` cells (an identity table holds a cell a slot).
 std::int64_t lookupBytes(KeyMode mode, int bits, std::int64_t cells)
 {
   int log2Slots = 1;
   bool identity = false;
   sizeLookup(mode, bits, std::max<std::int64_t>(1, cells), log2Slots, identity);
-  return (std::int64_t(1) << log2Slots) * (mode == KeyMode::Wide ? sizeof(WideSlot) : sizeof(BitsSlot));
+  const std::size_t slotBytes = mode == KeyMode::Wide ? sizeof(WideSlot) : identity ? sizeof(std::int32_t) : sizeof(BitsSlot);
+  return (std::int64_t(1) << log2Slots) * std::int64_t(slotBytes);
 }
 
 template <class KeyT, class Decomposer>
@@ -311,7 +319,7 @@ void withKeyType(KeyMode mode, const F& f)
 
 // --- RadixCells ---------------------------------------------------------------------------------
 RadixCells::RadixCells(DevicePool& pool)
-  : region_(pool), orderToInput_(pool), start_(pool), bitsSlots_(pool), wideSlots_(pool), wideKeys_(pool),
+  : region_(pool), orderToInput_(pool), start_(pool), bitsSlots_(pool), identityCells_(pool), wideSlots_(pool), wideKeys_(pool),
     bitsKeys_(pool), scratch_(pool), runCount_(pool)
 {
 }
@@ -333,7 +341,7 @@ std::int64_t RadixCells::plannedBytes(std::int64_t n, const KeyLayout& layout, b
 
 std::int64_t RadixCells::heldBytes() const
 {
-  return std::int64_t(region_.bytes() + orderToInput_.bytes() + start_.bytes() + bitsSlots_.bytes() +
+  return std::int64_t(region_.bytes() + orderToInput_.bytes() + start_.bytes() + bitsSlots_.bytes() + identityCells_.bytes() +
     wideSlots_.bytes() + wideKeys_.bytes() + bitsKeys_.bytes() + scratch_.bytes() + runCount_.bytes());
 }
 
@@ -438,6 +446,17 @@ void RadixCells::finishTable(CudaRun& run, const KeyLayout& layout, double cellS
     insertUniqueKeys<<<blocksFor(cells), 256, 0, run.stream>>>(keys, start, cells, lookup, wide, kept);
     NG_CUDA_CHECK_LAUNCH("insertUniqueKeys");
     table_.wideKeys = kept;
+  }
+  else if (lookup.identity)
+  {
+    std::int32_t* identityCells = identityCells_.ensure(slots, "cell lookup table");
+    NG_CUDA_CHECK(cudaMemsetAsync(identityCells, 0xff, slots * sizeof(std::int32_t), run.stream),
+      "clearing the cell lookup");
+    lookup.identityCells = identityCells;
+    std::uint64_t* kept = keepKeys ? bitsKeys_.ensure(std::size_t(cells), "cell keys") : nullptr;
+    insertIdentityCells<<<blocksFor(cells), 256, 0, run.stream>>>(keys, start, cells, identityCells, kept);
+    NG_CUDA_CHECK_LAUNCH("insertIdentityCells");
+    table_.bitsKeys = kept;
   }
   else
   {

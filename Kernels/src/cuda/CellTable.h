@@ -148,6 +148,7 @@ private:
   DeviceBuffer<std::int32_t> orderToInput_;
   DeviceBuffer<std::int32_t> start_;
   DeviceBuffer<BitsSlot> bitsSlots_;
+  DeviceBuffer<std::int32_t> identityCells_;
   DeviceBuffer<WideSlot> wideSlots_;
   DeviceBuffer<WideKey> wideKeys_;
   DeviceBuffer<std::uint64_t> bitsKeys_;
