@@ -120,11 +120,11 @@ struct StartsCell
 /// field; identity tables: insertIdentityCells); kept[k] = its key when the caller keeps them.
 /// Slot: BitsSlot (Bits keys) or WideSlot.
 template <class Keys, class Slot, class KeptT>
-__global__ void insertUniqueKeys(Keys keys, const std::int32_t* __restrict__ start, int cells, CellLookup lookup,
-  Slot* slots, KeptT* __restrict__ kept)
+__global__ void insertUniqueKeys(Keys keys, const std::int32_t* __restrict__ start, const int* __restrict__ starts,
+  CellLookup lookup, Slot* slots, KeptT* __restrict__ kept)
 {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k >= cells)
+  if (k >= *starts - 1) // the cells: one start each, and the end
   {
     return;
   }
@@ -143,14 +143,14 @@ __global__ void insertUniqueKeys(Keys keys, const std::int32_t* __restrict__ sta
   }
 }
 
-/// identityCells[key of cell k] = k, k = 0 .. cells - 1 (keys[start[k]]: RadixCells' identity
-/// tables, CellLookup::identityCells); kept[k] = the key when the caller keeps them.
+/// identityCells[key of cell k] = k for every cell (keys[start[k]]: RadixCells' identity tables,
+/// CellLookup::identityCells); kept[k] = the key when the caller keeps them.
 template <class Keys>
-__global__ void insertIdentityCells(Keys keys, const std::int32_t* __restrict__ start, int cells,
+__global__ void insertIdentityCells(Keys keys, const std::int32_t* __restrict__ start, const int* __restrict__ starts,
   std::int32_t* __restrict__ identityCells, std::uint64_t* __restrict__ kept)
 {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < cells)
+  if (k < *starts - 1) // the cells: one start each, and the end
   {
     const std::uint64_t key = keys[start[k]];
     identityCells[key] = k;
@@ -212,16 +212,17 @@ std::int64_t lookupBytes(KeyMode mode, int bits, std::int64_t cells)
   int log2Slots = 1;
   bool identity = false;
   sizeLookup(mode, bits, std::max<std::int64_t>(1, cells), log2Slots, identity);
-  const std::size_t slotBytes = mode == KeyMode::Wide ? sizeof(WideSlot) : identity ? sizeof(std::int32_t) : sizeof(BitsSlot);
+  const std::size_t slotBytes =
+    mode == KeyMode::Wide ? sizeof(WideSlot) : identity ? sizeof(std::int32_t) : sizeof(BitsSlot);
   return (std::int64_t(1) << log2Slots) * std::int64_t(slotBytes);
 }
 
 template <class KeyT, class Decomposer>
 struct RadixBuild
 {
-  /// Sorts keys/values (DoubleBuffers in place; the order ends in orderToInput) and writes where
-  /// each cell starts to `starts` (n + 1 entries of room). Returns the number of cells.
-  static int sortAndFindCells(CudaRun& run, cub::DoubleBuffer<KeyT>& keys, cub::DoubleBuffer<std::int32_t>& values,
+  /// Sorts keys/values (DoubleBuffers in place; the order ends in orderToInput) and queues
+  /// selectStarts.
+  static void sortAndSelectStarts(CudaRun& run, cub::DoubleBuffer<KeyT>& keys, cub::DoubleBuffer<std::int32_t>& values,
     int bits, int xBinBits, std::int32_t* starts, int* runCount, int* runCountHost,
     DeviceBuffer<unsigned char>& scratch, std::int32_t* orderToInput)
   {
@@ -257,7 +258,7 @@ struct RadixBuild
                       cudaMemcpyDeviceToDevice, run.stream),
         "moving the sorted order");
     }
-    return findCells(run, cellKeysOf(keys.Current(), xBinBits), starts, runCount, runCountHost, scratch);
+    selectStarts(run, cellKeysOf(keys.Current(), xBinBits), starts, runCount, runCountHost, scratch);
   }
 
   /// The sorted keys without their x bins: the cells' keys.
@@ -273,12 +274,13 @@ struct RadixBuild
     }
   }
 
-  /// Where each cell of grouped keys (every key's items adjacent) starts, and n after the last:
-  /// `starts` (n + 1 entries of room). Returns the number of cells. One selection of the
-  /// positions where the key changes: 20 us on the 4M row and 188 us on the 64M one (H200), where
-  /// a run-length encoding and a scan of its counts took 31 and 283.
+  /// Queues the search for where each cell of grouped keys (every key's items adjacent) starts,
+  /// and n after the last: `starts` (room for the cells and one more), their number at runCount
+  /// and, once the stream gets there, at runCountHost. One selection of the positions where the key
+  /// changes: 20 us on the 4M row and 188 us on the 64M one (H200), where a run-length encoding
+  /// and a scan of its counts took 31 and 283.
   template <class Keys>
-  static int findCells(CudaRun& run, Keys keys, std::int32_t* starts, int* runCount, int* runCountHost,
+  static void selectStarts(CudaRun& run, Keys keys, std::int32_t* starts, int* runCount, int* runCountHost,
     DeviceBuffer<unsigned char>& scratch)
   {
     const int n = static_cast<int>(run.count);
@@ -292,8 +294,6 @@ struct RadixBuild
       "finding the cells (where the keys change)");
     NG_CUDA_CHECK(cudaMemcpyAsync(runCountHost, runCount, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
       "reading the number of cells");
-    NG_CUDA_CHECK(cudaStreamSynchronize(run.stream), "finding the cells");
-    return *runCountHost - 1;
   }
 };
 
@@ -319,8 +319,8 @@ void withKeyType(KeyMode mode, const F& f)
 
 // --- RadixCells ---------------------------------------------------------------------------------
 RadixCells::RadixCells(DevicePool& pool)
-  : region_(pool), orderToInput_(pool), start_(pool), bitsSlots_(pool), identityCells_(pool), wideSlots_(pool), wideKeys_(pool),
-    bitsKeys_(pool), scratch_(pool), runCount_(pool)
+  : region_(pool), orderToInput_(pool), start_(pool), bitsSlots_(pool), identityCells_(pool), wideSlots_(pool),
+    wideKeys_(pool), bitsKeys_(pool), scratch_(pool), runCount_(pool)
 {
 }
 
@@ -335,14 +335,15 @@ std::int64_t RadixCells::plannedBytes(std::int64_t n, const KeyLayout& layout, b
   {
     bytes += (mode == KeyMode::Wide ? k : 8) * cells;
   }
-  // CUB's radix sort with double buffers needs about a tenth of a key per item, the encoding less.
+  // CUB's radix sort with double buffers needs about a tenth of a key per item, the selection less.
   return bytes + n / 4 + (std::int64_t(32) << 20);
 }
 
 std::int64_t RadixCells::heldBytes() const
 {
-  return std::int64_t(region_.bytes() + orderToInput_.bytes() + start_.bytes() + bitsSlots_.bytes() + identityCells_.bytes() +
-    wideSlots_.bytes() + wideKeys_.bytes() + bitsKeys_.bytes() + scratch_.bytes() + runCount_.bytes());
+  return std::int64_t(region_.bytes() + orderToInput_.bytes() + start_.bytes() + bitsSlots_.bytes() +
+    identityCells_.bytes() + wideSlots_.bytes() + wideKeys_.bytes() + bitsKeys_.bytes() + scratch_.bytes() +
+    runCount_.bytes());
 }
 
 RadixCells::Region RadixCells::ensureRegion(std::int64_t n, KeyMode mode)
@@ -363,7 +364,8 @@ int RadixCells::xBinBitsFor(const KeyLayout& layout, int wanted)
   return std::max(0, std::min({ wanted, maxXBinBits, keyBits - layout.bits }));
 }
 
-void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int xBinBits)
+void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int xBinBits,
+  const std::function<void()>& keysDone)
 {
   const std::int64_t n = run.count;
   const Region r = ensureRegion(n, layout.mode);
@@ -374,6 +376,7 @@ void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, b
   // it need not be copied there (a copy of 256 MB after the four passes of the 64M row).
   std::int32_t* first = valuesStartInOrder_ ? orderToInput : r.valuesA;
   std::int32_t* second = valuesStartInOrder_ ? r.valuesA : orderToInput;
+  std::int32_t* start = start_.ensure(std::size_t(cellCapacity(n, layout)) + 1, "cell starts");
   withKeyType(layout.mode, [&](auto keyTag) {
     using KeyT = decltype(keyTag);
     // The inverse as particlesInOrder takes it, so that the bins come from the same frame coordinates.
@@ -383,13 +386,13 @@ void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, b
     cub::DoubleBuffer<KeyT> keys(static_cast<KeyT*>(r.keysA), static_cast<KeyT*>(r.keysB));
     cub::DoubleBuffer<std::int32_t> values(first, second);
     using Build = RadixBuild<KeyT, WideKeyDecomposer>;
-    const int cells = Build::sortAndFindCells(run, keys, values, layout.bits, xBinBits_, r.valuesA, runCount_.get(),
-      runCountHost_.get(), scratch_, orderToInput);
+    Build::sortAndSelectStarts(run, keys, values, layout.bits, xBinBits_, start, runCount_.get(), runCountHost_.get(),
+      scratch_, orderToInput);
     if (values.Current() != orderToInput)
     {
       valuesStartInOrder_ = !valuesStartInOrder_;
     }
-    finishTable(run, layout, cellSize, keepKeys, cells, Build::cellKeysOf(keys.Current(), xBinBits_), r.valuesA);
+    finishTable(run, layout, cellSize, keepKeys, Build::cellKeysOf(keys.Current(), xBinBits_), keysDone);
   });
 }
 
@@ -397,53 +400,63 @@ void RadixCells::buildGrouped(CudaRun& run, const KeyLayout& layout, double cell
   const InputPoints& inGroupedOrder)
 {
   const std::int64_t n = run.count;
-  // The region as build() uses it: keys in A, the cell starts in values A.
+  // The region as build() uses it: keys in A.
   const Region r = ensureRegion(n, layout.mode);
   NG_CUDA_CHECK(cudaMemcpyAsync(orderToInput_.get(), grouped, sizeof(std::int32_t) * std::size_t(n),
                   cudaMemcpyDeviceToDevice, run.stream),
     "taking the grouped order");
   xBinBits_ = 0;
+  std::int32_t* start = start_.ensure(std::size_t(cellCapacity(n, layout)) + 1, "cell starts");
   withKeyType(layout.mode, [&](auto keyTag) {
     using KeyT = decltype(keyTag);
     computeKeysOf<KeyT><<<blocksFor(n), 256, 0, run.stream>>>(
       inGroupedOrder, static_cast<int>(n), cellSize, layout, static_cast<KeyT*>(r.keysA));
     NG_CUDA_CHECK_LAUNCH("computeKeysOf");
     const KeyT* keys = static_cast<const KeyT*>(r.keysA);
-    const int cells = RadixBuild<KeyT, WideKeyDecomposer>::findCells(run, keys, r.valuesA, runCount_.get(),
-      runCountHost_.get(), scratch_);
-    finishTable(run, layout, cellSize, false, cells, keys, r.valuesA);
+    RadixBuild<KeyT, WideKeyDecomposer>::selectStarts(run, keys, start, runCount_.get(), runCountHost_.get(), scratch_);
+    finishTable(run, layout, cellSize, false, keys, {});
   });
 }
 
 template <class Keys>
-void RadixCells::finishTable(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int cells,
-  Keys keys, const std::int32_t* starts)
+void RadixCells::finishTable(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, Keys keys,
+  const std::function<void()>& keysDone)
 {
-  // The starts leave the key region, which the particles take next.
-  std::int32_t* start = start_.ensure(std::size_t(cells) + 1, "cell starts");
-  NG_CUDA_CHECK(cudaMemcpyAsync(start, starts, sizeof(std::int32_t) * (std::size_t(cells) + 1),
-                  cudaMemcpyDeviceToDevice, run.stream),
-    "cell starts");
-
-  // The lookup table.
+  countKnown_.record(run.stream);
+  auto waitForCells = [&]() {
+    countKnown_.wait("finding the cells");
+    return *runCountHost_.get() - 1;
+  };
   table_ = CellTable{};
   table_.layout = layout;
   table_.cellSize = cellSize;
   table_.inverseCellSize = 1.0 / cellSize;
-  table_.start = start;
-  table_.cells = cells;
+  table_.start = start_.get();
   CellLookup& lookup = table_.lookup;
   lookup.mode = layout.mode;
-  sizeLookup(layout.mode, layout.bits, cells, lookup.log2Slots, lookup.identity);
+  // An identity table (the key its own slot) has as many slots whatever the count of cells, so it
+  // is filled before the host has that count, and the caller's work on the particles (keysDone)
+  // is queued behind it: the GPU does not idle while the count comes back (the 4M row's sort
+  // stage on the H200: 0.390-0.400 -> 0.368-0.371 ms). Its kernels take the count from the device.
+  const std::int64_t bound = cellCapacity(run.count, layout);
+  sizeLookup(layout.mode, layout.bits, std::max<std::int64_t>(1, bound), lookup.log2Slots, lookup.identity);
+  int cells = -1;
+  if (!lookup.identity)
+  {
+    cells = waitForCells();
+    sizeLookup(layout.mode, layout.bits, std::max(1, cells), lookup.log2Slots, lookup.identity);
+  }
   const std::size_t slots = std::size_t(1) << lookup.log2Slots;
+  const std::int64_t most = cells >= 0 ? cells : bound; // cells, or a bound until the count is back
+  const int* starts = runCount_.get();
   lookup.mask = slots - 1;
   if constexpr (std::is_same<typename std::iterator_traits<Keys>::value_type, WideKey>::value)
   {
     WideSlot* wide = wideSlots_.ensure(slots, "cell lookup table");
     NG_CUDA_CHECK(cudaMemsetAsync(wide, 0xff, slots * sizeof(WideSlot), run.stream), "clearing the cell lookup");
     lookup.wideSlots = wide;
-    WideKey* kept = keepKeys ? wideKeys_.ensure(std::size_t(cells), "cell keys") : nullptr;
-    insertUniqueKeys<<<blocksFor(cells), 256, 0, run.stream>>>(keys, start, cells, lookup, wide, kept);
+    WideKey* kept = keepKeys ? wideKeys_.ensure(std::size_t(most), "cell keys") : nullptr;
+    insertUniqueKeys<<<blocksFor(most), 256, 0, run.stream>>>(keys, table_.start, starts, lookup, wide, kept);
     NG_CUDA_CHECK_LAUNCH("insertUniqueKeys");
     table_.wideKeys = kept;
   }
@@ -453,8 +466,8 @@ void RadixCells::finishTable(CudaRun& run, const KeyLayout& layout, double cellS
     NG_CUDA_CHECK(cudaMemsetAsync(identityCells, 0xff, slots * sizeof(std::int32_t), run.stream),
       "clearing the cell lookup");
     lookup.identityCells = identityCells;
-    std::uint64_t* kept = keepKeys ? bitsKeys_.ensure(std::size_t(cells), "cell keys") : nullptr;
-    insertIdentityCells<<<blocksFor(cells), 256, 0, run.stream>>>(keys, start, cells, identityCells, kept);
+    std::uint64_t* kept = keepKeys ? bitsKeys_.ensure(std::size_t(most), "cell keys") : nullptr;
+    insertIdentityCells<<<blocksFor(most), 256, 0, run.stream>>>(keys, table_.start, starts, identityCells, kept);
     NG_CUDA_CHECK_LAUNCH("insertIdentityCells");
     table_.bitsKeys = kept;
   }
@@ -463,11 +476,17 @@ void RadixCells::finishTable(CudaRun& run, const KeyLayout& layout, double cellS
     BitsSlot* bits = bitsSlots_.ensure(slots, "cell lookup table");
     NG_CUDA_CHECK(cudaMemsetAsync(bits, 0xff, slots * sizeof(BitsSlot), run.stream), "clearing the cell lookup");
     lookup.bitsSlots = bits;
-    std::uint64_t* kept = keepKeys ? bitsKeys_.ensure(std::size_t(cells), "cell keys") : nullptr;
-    insertUniqueKeys<<<blocksFor(cells), 256, 0, run.stream>>>(keys, start, cells, lookup, bits, kept);
+    std::uint64_t* kept = keepKeys ? bitsKeys_.ensure(std::size_t(most), "cell keys") : nullptr;
+    insertUniqueKeys<<<blocksFor(most), 256, 0, run.stream>>>(keys, table_.start, starts, lookup, bits, kept);
     NG_CUDA_CHECK_LAUNCH("insertUniqueKeys");
     table_.bitsKeys = kept;
   }
+  // The keys are read: the caller's particles may take their memory.
+  if (keysDone)
+  {
+    keysDone();
+  }
+  table_.cells = cells >= 0 ? cells : waitForCells();
 }
 
 void RadixCells::cellOfInput(CudaRun& run, std::int32_t* out)

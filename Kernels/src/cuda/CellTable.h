@@ -10,6 +10,8 @@
 
 #include "CudaRun.h"
 
+#include <functional>
+
 namespace neighborgrid
 {
 namespace detail
@@ -109,8 +111,11 @@ public:
   /// in key order, a lookup table; particleRegion() (16 bytes per point) is then free for the
   /// caller. keepKeys: the table can give each cell's coordinates. xBinBits: up to that many bits
   /// (xBinBitsFor) order each cell's points by their x bin (xBinOf), at no cost in memory; the
-  /// sort then takes those bits more.
-  void build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int xBinBits = 0);
+  /// sort then takes those bits more. keysDone, when given, queues work that may write
+  /// particleRegion() (the gather of the particles): it is called once the keys are read, and
+  /// where it can be, before the host waits for the number of cells.
+  void build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int xBinBits = 0,
+    const std::function<void()>& keysDone = {});
   /// The x bin bits build() takes for `wanted`: those the layout's key word leaves free (none for
   /// Wide keys), at most maxXBinBits.
   static int xBinBitsFor(const KeyLayout& layout, int wanted);
@@ -139,11 +144,11 @@ private:
   };
   /// The key buffers for n points (the particles reuse them later), and the small buffers.
   Region ensureRegion(std::int64_t n, KeyMode mode);
-  /// The cell starts (copied from `starts`, cells + 1 of them), and the lookup table of the cells'
-  /// keys (cell k's: keys[starts[k]]).
+  /// The table of the cells whose starts selectStarts queued (start_, runCount_): the lookup
+  /// table of their keys (cell k's: keys[start[k]]), and the number of cells from the host.
   template <class Keys>
-  void finishTable(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int cells, Keys keys,
-    const std::int32_t* starts);
+  void finishTable(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, Keys keys,
+    const std::function<void()>& keysDone);
   DeviceBuffer<unsigned char> region_;
   DeviceBuffer<std::int32_t> orderToInput_;
   DeviceBuffer<std::int32_t> start_;
@@ -155,6 +160,7 @@ private:
   DeviceBuffer<unsigned char> scratch_;
   DeviceBuffer<int> runCount_;
   PinnedBuffer<int> runCountHost_;
+  StreamMark countKnown_; // runCountHost_ holds the count of cell starts
   CellTable table_;
   int xBinBits_ = 0;
   bool valuesStartInOrder_ = false; // build(): the sort's values start in orderToInput (not values A)

@@ -31,10 +31,12 @@ public:
   {
     const Problem& p = *run.problem;
     cellSize_ = baselineCellSize(p.radius);
-    cells_.build(run, makeKeyLayout(p.lo, p.hi, cellSize_), cellSize_, false);
-    particlesInOrder<<<blocksFor(run.count), 256, 0, run.stream>>>(run.input, cells_.orderToInput(),
-      static_cast<int>(run.count), cellSize_, 1.0 / cellSize_, cells_.particleRegion());
-    NG_CUDA_CHECK_LAUNCH("particlesInOrder");
+    // The gather of the particles runs while the host waits for the count of cells.
+    cells_.build(run, makeKeyLayout(p.lo, p.hi, cellSize_), cellSize_, false, 0, [&]() {
+      particlesInOrder<<<blocksFor(run.count), 256, 0, run.stream>>>(run.input, cells_.orderToInput(),
+        static_cast<int>(run.count), cellSize_, 1.0 / cellSize_, cells_.particleRegion());
+      NG_CUDA_CHECK_LAUNCH("particlesInOrder");
+    });
     test_ = makePairTest(p.radius, cellSize_, 2.0, run.input);
   }
   double cellSize() const override { return cellSize_; }

@@ -1884,10 +1884,12 @@ public:
     cellSize_ = cellSizeFor(p.radius, reach_);
     hugeCells_ = reachesHugeCells(p, cellSize_);
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSize_);
-    cells_.build(run, layout, cellSize_, true, xBinBitsWanted());
-    particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(
-      run.input, cells_.orderToInput(), n, cellSize_, 1.0 / cellSize_, cells_.particleRegion());
-    NG_CUDA_CHECK_LAUNCH("particlesInOrder");
+    // The gather of the particles runs while the host waits for the count of cells.
+    cells_.build(run, layout, cellSize_, true, xBinBitsWanted(), [&]() {
+      particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(
+        run.input, cells_.orderToInput(), n, cellSize_, 1.0 / cellSize_, cells_.particleRegion());
+      NG_CUDA_CHECK_LAUNCH("particlesInOrder");
+    });
     const CellTable& fine = cells_.table();
     const int cells = fine.cells;
     const double perCell = double(n) / std::max(1, cells);
