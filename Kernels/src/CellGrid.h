@@ -340,9 +340,9 @@ NG_HD std::uint64_t mixWide(const WideKey& k)
 /// Where the key space is no larger than the table ("identity"), the key is its own slot: no
 /// probing, and the table is the dense grid of the bounding box (the data fill their bounds).
 /// Such a table of cells sorted by key (RadixCells) holds only each slot's cell, 4 bytes instead
-/// of a 16-byte BitsSlot (identityCells). On the H200, 64M points (2^25 slots): a quarter of the
-/// bytes to clear, the insertion 373 -> 221 us, the sort stage 6.19 -> 5.40 ms and Staged Tiles'
-/// search, whose blocks look up their staged cells, 23.02 -> 22.71 ms (RESULTS.md, issue 22).
+/// of a 16-byte BitsSlot (identityCells). On the H200, 64M points (2^27 slots): a quarter of the
+/// bytes to clear, the insertion 373 -> 221 us, and Staged Tiles' search, whose blocks look up
+/// their staged cells, 23.02 -> 22.71 ms (RESULTS.md, issue 22).
 struct CellLookup
 {
   KeyMode mode = KeyMode::Bits32;
