@@ -12,8 +12,8 @@
 // two-channel texture. Memory: about 27 x 8 bytes per point for the candidate lists, beside the
 // sorted points; the benchmark reports it.
 #include "GridSearch.cuh"
+#include "ExclusiveSum.cuh"
 
-#include <cub/device/device_scan.cuh>
 
 namespace neighborgrid
 {
@@ -165,12 +165,7 @@ public:
     NG_CUDA_CHECK(cudaMemsetAsync(totals + cells, 0, sizeof(std::int64_t), run.stream), "neighborhood totals");
     neighborhoodTotals<<<blocksFor(cells), 256, 0, run.stream>>>(table, totals);
     NG_CUDA_CHECK_LAUNCH("neighborhoodTotals");
-    std::size_t scanBytes = 0;
-    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, totals, listStart, cells + 1, run.stream),
-      "sizing the grid map scan");
-    void* temp = scratch_.ensure(scanBytes, "scan scratch");
-    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scanBytes, totals, listStart, cells + 1, run.stream),
-      "scanning neighborhood totals");
+    exclusiveSum(totals, listStart, cells + 1, scratch_, run.stream, "scanning neighborhood totals");
     std::int64_t* entries = entriesHost_.ensure(1, "candidate count (pinned host memory)");
     NG_CUDA_CHECK(cudaMemcpyAsync(entries, listStart + cells, sizeof(std::int64_t), cudaMemcpyDeviceToHost, run.stream),
       "reading the candidate count");

@@ -7,9 +7,9 @@
 // only occupied cells take slots. Keys wider than 64 bits are grouped by the radix sort instead
 // (CellTable.h).
 #include "GridSearch.cuh"
+#include "ExclusiveSum.cuh"
 
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_scan.cuh>
 
 namespace neighborgrid
 {
@@ -204,12 +204,7 @@ private:
     }
     takeOffsets<<<blocksFor(n), 256, 0, run.stream>>>(slotsOfPoints, n, counts, offsets);
     NG_CUDA_CHECK_LAUNCH("takeOffsets");
-    std::size_t scanBytes = 0;
-    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, counts, start, slots + 1, run.stream),
-      "sizing the cell scan");
-    void* temp = scratch_.ensure(scanBytes, "scan scratch");
-    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scanBytes, counts, start, slots + 1, run.stream),
-      "scanning cell counts");
+    exclusiveSum(counts, start, slots + 1, scratch_, run.stream, "scanning cell counts");
   }
 
   SlotCells slots_;

@@ -2,9 +2,9 @@
 // rule itself is PeriodicRanges.h's.
 #include "../PeriodicRanges.h"
 #include "PeriodicImages.h"
+#include "ExclusiveSum.cuh"
 
 #include <cub/block/block_reduce.cuh>
-#include <cub/device/device_scan.cuh>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
@@ -137,12 +137,7 @@ void scanImageCounts(const T* raw, std::int64_t n, const ImageRanges& r, long lo
 {
   const auto counts =
     thrust::make_transform_iterator(thrust::make_counting_iterator<std::int64_t>(0), WrappedImageCount<T>{ raw, n, r });
-  std::size_t scanBytes = 0;
-  NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, counts, offsets, n + 1, stream),
-    "sizing the scan of image counts");
-  void* temp = scratch.ensureBytes(scanBytes, "image count scan");
-  NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scanBytes, counts, offsets, n + 1, stream),
-    "counting periodic images");
+  exclusiveSum(counts, offsets, n + 1, scratch, stream, "counting periodic images");
 }
 
 } // namespace

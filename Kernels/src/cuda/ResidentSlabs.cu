@@ -2,10 +2,10 @@
 // gather of a slab (a stable compaction: per tile counts, a scan, per tile writes), and the
 // results' scatter.
 #include "ResidentSlabs.h"
+#include "ExclusiveSum.cuh"
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_scan.cuh>
 
 #include <cmath>
 
@@ -200,14 +200,10 @@ SlabCounts DeviceSlabGather::count(const void* xyz, bool isDouble, std::int64_t 
   }
   NG_CUDA_CHECK_LAUNCH("counting the slab's points");
   // Exclusive sums of tiles + 1 entries each (the last count is 0): the last offset is the total.
-  std::size_t scanBytes = 0;
-  NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, counts, offsets, tiles_ + 1, stream), "scan size");
-  void* scratch = scanScratch_.ensureBytes(scanBytes, "the slab's scan");
   for (int kind = 0; kind < 2; ++kind)
   {
     const std::size_t at = std::size_t(kind) * std::size_t(tiles_ + 1);
-    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scratch, scanBytes, counts + at, offsets + at, tiles_ + 1, stream),
-      "the slab's offsets");
+    exclusiveSum(counts + at, offsets + at, tiles_ + 1, scanScratch_, stream, "the slab's offsets");
   }
   unsigned long long* totals = totals_.ensure(2, "the slab's totals");
   NG_CUDA_CHECK(cudaMemcpyAsync(&totals[0], offsets + tiles_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream),

@@ -56,9 +56,9 @@
 //    blocks of 256 (work items of a tile and a chunk of its points), so a cluster of 40,000
 //    points in a few cells keeps the GPU busy instead of one block per tile.
 #include "GridSearch.cuh"
+#include "ExclusiveSum.cuh"
 
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_scan.cuh>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
@@ -252,8 +252,7 @@ struct TileChunks
 /// The work items (leader cell, chunk) of the tile that cell k leads, from position[k] on (an
 /// exclusive sum of TileChunks): in the cells' key order, so that the blocks resident together
 /// stage neighboring regions and the L2 serves a staged point to the blocks that share it.
-__global__ void writeTileItems(TileChunks chunks, const std::int32_t* __restrict__ position, int cells,
-  int2* __restrict__ items)
+__global__ void writeTileItems(const std::int32_t* __restrict__ position, int cells, int2* __restrict__ items)
 {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (k < cells)
@@ -1986,14 +1985,9 @@ private:
     NG_CUDA_CHECK_LAUNCH("addToTileLeaders");
     const TileChunks chunks{ ownPoints, side_, reach_, capacity_ };
     const auto chunksOfCell = thrust::make_transform_iterator(thrust::counting_iterator<int>(0), chunks);
-    std::size_t scanBytes = 0;
-    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, chunksOfCell, position, cells + 1, run.stream),
-      "sizing the scan of the tiles' work items");
-    void* temp = scratch_.ensure(scanBytes, "tile scan scratch");
-    NG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scanBytes, chunksOfCell, position, cells + 1, run.stream),
-      "scanning the tiles' work items");
+    exclusiveSum(chunksOfCell, position, cells + 1, scratch_, run.stream, "scanning the tiles' work items");
     int2* items = itemList_.ensure(bound, "tile work items");
-    writeTileItems<<<blocksFor(cells), 256, 0, run.stream>>>(chunks, position, cells, items);
+    writeTileItems<<<blocksFor(cells), 256, 0, run.stream>>>(position, cells, items);
     NG_CUDA_CHECK_LAUNCH("writeTileItems");
     search_.items = items;
     search_.itemCount = position + cells;
