@@ -220,17 +220,18 @@ std::vector<Scenario> scenarios(const std::string& table)
   }
   if (all || table == "sparser")
   {
-    // Uniform points at 0.25 to 4 points per cell of R over the box (about 1 to 17 neighbors),
-    // density: where Auto's rules move from CLAWS and the baselines to Staged Tiles, and where
-    // Staged Tiles moves from a search by point to tiles (no row of the papers' tables of a
-    // million points or more lies between 1 and 4.85 points per cell). 4M points at every
-    // density, 1M and 16M at five.
+    // Uniform points at 0.05 to 4 points per cell of R over the box (about 0.2 to 17
+    // neighbors), density: where Auto's rules move from CLAWS to the baselines and to Staged
+    // Tiles, and where Staged Tiles moves from a search by point to tiles (no row of the papers'
+    // tables of a million points or more lies between 0.05 and 0.37 or between 1 and 4.85 points
+    // per cell). 4M points at every density, 1M and 16M at seven.
     for (std::int64_t n : { std::int64_t(1048576), std::int64_t(4194304), std::int64_t(16777216) })
     {
-      for (double perCell : { 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0 })
+      for (double perCell : { 0.05, 0.1, 0.15, 0.2, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0 })
       {
         const bool everyDensity = n == 4194304;
-        if (!everyDensity && perCell != 0.5 && perCell != 1.0 && perCell != 1.5 && perCell != 2.0 && perCell != 3.0)
+        if (!everyDensity && perCell != 0.1 && perCell != 0.25 && perCell != 0.5 && perCell != 1.0 && perCell != 1.5 &&
+          perCell != 2.0 && perCell != 3.0)
         {
           continue;
         }

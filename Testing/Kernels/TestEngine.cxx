@@ -1402,6 +1402,36 @@ TEST(EngineCudaContextLoss, AfterAStickyErrorTheNextRunsSayWhyAndRunOnTheCpu)
   EXPECT_EQ(another.run(r).backend, Backend::CPU);
 }
 
+// Auto on sparse data (below a point per cell of R, from 1.5M points on): Radix Sort where its
+// cells are looked up in an identity table (the key's bits fit its slots), CLAWS where the bits
+// round up past it (CudaBackend.cu, chooseMethod; RESULTS.md "Auto: Radix Sort on sparse data
+// with an identity table"). Both give the counts CLAWS gives by name.
+TEST(EngineReport, AutoOnSparseDataTakesRadixSortWhereItsTableIsAnIdentity)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "Auto's rule for the GPU's methods";
+  }
+  const std::int64_t n = 1572864; // 0.75 points per cell of R in 128^3 cells of R
+  for (const double cellsPerAxis : { 128.0, 129.0 })
+  {
+    SCOPED_TRACE("box of " + std::to_string(cellsPerAxis) + " R");
+    // 128 cells an axis: 7 bits, 21 in all, an identity table; 129: 8 bits, 24, hashed.
+    const Method expected = cellsPerAxis == 128.0 ? Method::RadixSort : Method::CLAWS;
+    Cloud cloud = ngtest::makeCloud("uniform", n, cellsPerAxis, 41);
+    std::vector<std::int32_t> counts(n, -7), clawsCounts(n, -8);
+    Request r = baseRequest(cloud, 1.0, Method::Auto);
+    r.operation = Operation::NeighborCount;
+    r.neighborCount = counts.data();
+    Engine engine;
+    EXPECT_EQ(engine.run(r).method, expected);
+    r.method = Method::CLAWS;
+    r.neighborCount = clawsCounts.data();
+    EXPECT_EQ(engine.run(r).method, Method::CLAWS);
+    EXPECT_EQ(counts, clawsCounts);
+  }
+}
+
 TEST(EngineReport, SaysWhatRanAndWhy)
 {
   Cloud cloud = ngtest::makeCloud("uniform", 1000, 5.0, 12);

@@ -1042,6 +1042,17 @@ private:
     return double(p.count) * fine * fine * fine / volume;
   }
 
+  /// Whether Radix Sort's cell table for p is an identity table, as RadixCells sizes it for the
+  /// bound on the cells (CellTable.cu): the key's bits, each axis rounded up to a power of two,
+  /// fit the slots of two a cell.
+  static bool radixTableIsIdentity(const Problem& p, const KeyLayout& layout)
+  {
+    int log2Slots = 0;
+    bool identity = false;
+    sizeLookup(layout.mode, layout.bits, std::max<std::int64_t>(1, cellCapacity(p.count, layout)), log2Slots, identity);
+    return identity;
+  }
+
   /// Auto's rule, fitted to Testing/Benchmarks/results-H100.csv (every row of FENNS Tables 1-3
   /// and CLAWS Tables 1-2 and the scale sweep on an H100; Testing/Benchmarks/RESULTS.md):
   ///  - Counting Sort and Radix Sort share one search and differ in the sort. Below about 1.5M
@@ -1049,7 +1060,8 @@ private:
   ///    (fewer than 0.2 points per cell of size R, or keys wider than 64 bits: Radix Sort then
   ///    sorts many bits for few points per cell); otherwise the radix sort wins (4M dense: 5.22
   ///    against 5.42 ms), with the least device memory (22.4 bytes per point at 10^9 points).
-  ///  - CLAWS on sparse data (below).
+  ///  - CLAWS on sparse data, and Radix Sort there where it looks its cells up by identity
+  ///    (below).
   ///  - Staged Tiles on dense data with many neighbors (below).
   ///  - CLAWS wherever the baselines' grid is held more than twice as coarse as R: FENNS Table 2,
   ///    where they are held to the 18^3 grid (NEIGHBORGRID_BASELINE_CELL_SIZE). CLAWS bins at R
@@ -1066,22 +1078,33 @@ private:
     {
       return Method::CLAWS;
     }
-    // Sparse data (between 2e-4 and 1 point per cell of size R over the bounds, from 256K
-    // points on): CLAWS, whose coarse cells then span many cells of size R and keep its blocks
-    // busy, while the baselines visit 27 nearly empty cells per point (4M points, R = 0.5 in a
-    // box of 180: CLAWS 1.43 ms, Counting Sort 4.07 ms; 524,288 points, R = 0.3 in a box of
-    // 360, 3e-4 per cell: CLAWS 0.178 ms, Counting Sort 0.316, since its coarse cells may be
-    // 256 R wide; 4M points, R = 0.8 and 1 in a box of 180, 0.37 and 0.72 per cell: CLAWS 1.65
-    // and 1.80 ms, Radix Sort 1.86 and 1.91). The density is the bulk's (findBulkExtent): one
-    // far point made sparse data of the bounds. Below 256K points Counting Sort's small sorts
-    // are about as fast as CLAWS's (H200, FENNS Tables 1 and 3, the sixth session's
-    // results-H200.csv: 0.056-0.073 ms against 0.051-0.080 at 1,024 points, 0.083-0.100 against
-    // 0.084-0.102 at 65,536), but for the sizes below.
+    // Sparse data (between 2e-4 and 1 point per cell of size R over the bulk, from 256K points
+    // on): CLAWS, whose coarse cells then span many cells of size R and keep its blocks busy,
+    // while the baselines visit 27 nearly empty cells per point (4M points, R = 0.5 in a box of
+    // 180: CLAWS 1.27 ms, Counting Sort 3.76; 524,288 points, R = 0.3 in a box of 360, 3e-4 per
+    // cell: CLAWS 0.173 ms, Counting Sort 0.297, since its coarse cells may be 256 R wide). The
+    // density is the bulk's (findBulkExtent): one far point made sparse data of the bounds.
+    // Except where Radix Sort's cells are looked up in an identity table (the key its own slot:
+    // each of the 27 lookups one read; radixTableIsIdentity), from 0.25 points per cell and 1.5M
+    // points on: there its search of nearly empty cells is the faster one (H200, 2026-11-29,
+    // twenty-fifth session, RESULTS.md "Auto: Radix Sort on sparse data with an identity table":
+    // uniform 4M at 0.25, 0.5 and 0.75 points per cell, Radix Sort 1.375, 1.449 and 1.525 ms
+    // against CLAWS's 1.416, 1.590 and 1.689; FENNS Table 1, 4M points, R = 0.8 and 1 in a box
+    // of 180, 0.37 and 0.72 per cell: 1.415 and 1.511 against 1.489 and 1.650). Where the key's
+    // bits round up past the table (4M at 0.2 per cell: 27 bits; 16M at 0.25 and 0.5) the
+    // lookups hash and CLAWS is 2.6-2.2x faster (1.381 against 3.624 ms; 5.84 and 6.48 against
+    // 12.9 and 11.1). Below 256K points Counting Sort's small sorts are about as fast as CLAWS's
+    // (H200, FENNS Tables 1 and 3, the sixth session's results-H200.csv: 0.056-0.073 ms against
+    // 0.051-0.080 at 1,024 points, 0.083-0.100 against 0.084-0.102 at 65,536), but for the sizes
+    // below.
     const double perCell = pointsPerCellOfR(p, false);
     const double bulkPerCell = pointsPerCellOfR(p, true);
+    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, coarse);
     if (p.count >= 262144 && bulkPerCell > 2e-4 && bulkPerCell < 1.0)
     {
-      return Method::CLAWS;
+      const bool radixLooksUpByIdentity = p.count >= 1500000 && p.count <= 300000000 && perCell >= 0.25 &&
+        radixTableIsIdentity(p, layout);
+      return radixLooksUpByIdentity ? Method::RadixSort : Method::CLAWS;
     }
     // Small sparse clouds: CLAWS. Its small sort is one launch, whose last block scans and
     // writes the tallies the host reads into mapped pinned memory; Counting Sort's is two to four
@@ -1101,7 +1124,6 @@ private:
     {
       return Method::CLAWS;
     }
-    const KeyLayout layout = makeKeyLayout(p.lo, p.hi, coarse);
     const bool sparse = layout.mode == KeyMode::Wide || perCell < 0.2;
     // Data of at least one point per cell of size R (about 4 neighbors), from 1M points on:
     // Staged Tiles. With many neighbors its culled rows of cells of R / 2 test about 2.0
@@ -1111,7 +1133,7 @@ private:
     // Staged Tiles on sparser data"): 4M points at 1, 1.25, 1.5 and 2 points per cell, Staged
     // Tiles 1.78, 1.57, 1.45 and 1.11 ms against the fastest other method's 1.83, 1.87, 1.92 and
     // 1.95; 16M at 1, 6.58 against 6.91; 1M at 1, 0.486 against CLAWS's 0.468. Below one point
-    // per cell CLAWS is faster (the rule above). Its lookup table and kept keys need 29-61 bytes
+    // per cell CLAWS or Radix Sort is faster (the rule above). Its lookup table and kept keys need 29-61 bytes
     // per point, so a billion points stay with Radix Sort (22 bytes).
     // Separate queries (Queries.cuh): a grid goes by bricks on any method's cells, and all tie
     // (512^3 density volume of 4M particles: Radix Sort 46.1 ms, Staged Tiles 45.7); a list of
