@@ -439,7 +439,7 @@ void RadixCells::finishTable(CudaRun& run, const KeyLayout& layout, double cellS
   // is queued behind it: the GPU does not idle while the count comes back (the 4M row's sort
   // stage on the H200: 0.390-0.400 -> 0.368-0.371 ms). Its kernels take the count from the device.
   const std::int64_t bound = cellCapacity(run.count, layout);
-  sizeLookup(layout.mode, layout.bits, std::max<std::int64_t>(1, bound), lookup.log2Slots, lookup.identity);
+  sizeLookupBefore(run.count, layout, lookup.log2Slots, lookup.identity);
   int cells = -1;
   if (!lookup.identity)
   {

@@ -120,6 +120,21 @@ public:
   /// Wide keys), at most maxXBinBits.
   static int xBinBitsFor(const KeyLayout& layout, int wanted);
   static constexpr int maxXBinBits = 2;
+  /// The lookup table of n points on this layout sized before their cells are counted (at most
+  /// cellCapacity cells), and whether it is an identity table: the key its own slot, so that no
+  /// lookup hashes and the table is filled before the count of cells is back (build()).
+  static void sizeLookupBefore(std::int64_t n, const KeyLayout& layout, int& log2Slots, bool& identity)
+  {
+    sizeLookup(layout.mode, layout.bits, std::max<std::int64_t>(1, cellCapacity(n, layout)), log2Slots, identity);
+  }
+  /// Whether build() looks the cells of n points on this layout up in an identity table.
+  static bool looksUpByIdentity(std::int64_t n, const KeyLayout& layout)
+  {
+    int log2Slots = 0;
+    bool identity = false;
+    sizeLookupBefore(n, layout, log2Slots, identity);
+    return identity;
+  }
   /// The x bin bits of the last build (0: a cell's points in input order).
   int xBinBits() const { return xBinBits_; }
   /// The same without the sort, for points already grouped by these cells: `grouped` (run.count

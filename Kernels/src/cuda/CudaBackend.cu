@@ -1042,17 +1042,6 @@ private:
     return double(p.count) * fine * fine * fine / volume;
   }
 
-  /// Whether Radix Sort's cell table for p is an identity table, as RadixCells sizes it for the
-  /// bound on the cells (CellTable.cu): the key's bits, each axis rounded up to a power of two,
-  /// fit the slots of two a cell.
-  static bool radixTableIsIdentity(const Problem& p, const KeyLayout& layout)
-  {
-    int log2Slots = 0;
-    bool identity = false;
-    sizeLookup(layout.mode, layout.bits, std::max<std::int64_t>(1, cellCapacity(p.count, layout)), log2Slots, identity);
-    return identity;
-  }
-
   /// Auto's rule, fitted to Testing/Benchmarks/results-H100.csv (every row of FENNS Tables 1-3
   /// and CLAWS Tables 1-2 and the scale sweep on an H100; Testing/Benchmarks/RESULTS.md):
   ///  - Counting Sort and Radix Sort share one search and differ in the sort. Below about 1.5M
@@ -1085,9 +1074,10 @@ private:
     // cell: CLAWS 0.173 ms, Counting Sort 0.297, since its coarse cells may be 256 R wide). The
     // density is the bulk's (findBulkExtent): one far point made sparse data of the bounds.
     // Except where Radix Sort's cells are looked up in an identity table (the key its own slot:
-    // each of the 27 lookups one read; radixTableIsIdentity), from 0.25 points per cell and 1.5M
-    // points on: there its search of nearly empty cells is the faster one (H200, 2026-11-29,
-    // twenty-fifth session, RESULTS.md "Auto: Radix Sort on sparse data with an identity table":
+    // each of the 27 lookups one read; RadixCells::looksUpByIdentity), from 0.25 points per cell
+    // and 1.5M points on: there its search of nearly empty cells is the faster one (H200,
+    // 2026-11-29, twenty-fifth session, RESULTS.md "Auto: Radix Sort on sparse data with an
+    // identity table":
     // uniform 4M at 0.25, 0.5 and 0.75 points per cell, Radix Sort 1.375, 1.449 and 1.525 ms
     // against CLAWS's 1.416, 1.590 and 1.689; FENNS Table 1, 4M points, R = 0.8 and 1 in a box
     // of 180, 0.37 and 0.72 per cell: 1.415 and 1.511 against 1.489 and 1.650). Where the key's
@@ -1103,7 +1093,7 @@ private:
     if (p.count >= 262144 && bulkPerCell > 2e-4 && bulkPerCell < 1.0)
     {
       const bool radixLooksUpByIdentity = p.count >= 1500000 && p.count <= 300000000 && perCell >= 0.25 &&
-        radixTableIsIdentity(p, layout);
+        RadixCells::looksUpByIdentity(p.count, layout);
       return radixLooksUpByIdentity ? Method::RadixSort : Method::CLAWS;
     }
     // Small sparse clouds: CLAWS. Its small sort is one launch, whose last block scans and
