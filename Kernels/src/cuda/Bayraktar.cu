@@ -14,7 +14,6 @@
 #include "GridSearch.cuh"
 #include "ExclusiveSum.cuh"
 
-
 namespace neighborgrid
 {
 namespace detail

@@ -206,14 +206,15 @@ std::int64_t alignUp(std::int64_t bytes)
   return (bytes + 255) & ~std::int64_t(255);
 }
 
-/// Slots for at most `cells` cells (an identity table holds a cell a slot).
-std::int64_t lookupBytes(KeyMode mode, int bits, std::int64_t cells)
+/// The lookup table's bytes for n points, sized as build() sizes it before the cells are counted
+/// (an identity table holds a cell a slot; a hashed one is no larger once they are).
+std::int64_t lookupBytes(std::int64_t n, const KeyLayout& layout)
 {
   int log2Slots = 1;
   bool identity = false;
-  sizeLookup(mode, bits, std::max<std::int64_t>(1, cells), log2Slots, identity);
+  RadixCells::sizeLookupBefore(n, layout, log2Slots, identity);
   const std::size_t slotBytes =
-    mode == KeyMode::Wide ? sizeof(WideSlot) : identity ? sizeof(std::int32_t) : sizeof(BitsSlot);
+    layout.mode == KeyMode::Wide ? sizeof(WideSlot) : identity ? sizeof(std::int32_t) : sizeof(BitsSlot);
   return (std::int64_t(1) << log2Slots) * std::int64_t(slotBytes);
 }
 
@@ -330,7 +331,7 @@ std::int64_t RadixCells::plannedBytes(std::int64_t n, const KeyLayout& layout, b
   const std::int64_t k = keySize(mode);
   const std::int64_t cells = cellCapacity(n, layout);
   const std::int64_t region = std::max<std::int64_t>(16 * n, 2 * alignUp(k * n) + 4 * n) + 512;
-  std::int64_t bytes = region + 4 * n + 4 * (cells + 1) + lookupBytes(mode, layout.bits, cells);
+  std::int64_t bytes = region + 4 * n + 4 * (cells + 1) + lookupBytes(n, layout);
   if (keepKeys)
   {
     bytes += (mode == KeyMode::Wide ? k : 8) * cells;

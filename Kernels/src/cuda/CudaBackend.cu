@@ -1077,10 +1077,10 @@ private:
     // each of the 27 lookups one read; RadixCells::looksUpByIdentity), from 0.25 points per cell
     // and 1.5M points on: there its search of nearly empty cells is the faster one (H200,
     // 2026-11-29, twenty-fifth session, RESULTS.md "Auto: Radix Sort on sparse data with an
-    // identity table":
-    // uniform 4M at 0.25, 0.5 and 0.75 points per cell, Radix Sort 1.375, 1.449 and 1.525 ms
-    // against CLAWS's 1.416, 1.590 and 1.689; FENNS Table 1, 4M points, R = 0.8 and 1 in a box
-    // of 180, 0.37 and 0.72 per cell: 1.415 and 1.511 against 1.489 and 1.650). Where the key's
+    // identity table": uniform 4M at 0.25, 0.5 and 0.75 points per cell, Radix Sort 1.375,
+    // 1.449 and 1.525 ms against CLAWS's 1.416, 1.590 and 1.689; FENNS Table 1, 4M points,
+    // R = 0.8 and 1 in a box of 180, 0.37 and 0.72 per cell: 1.415 and 1.511 against 1.489 and
+    // 1.650). Where the key's
     // bits round up past the table (4M at 0.2 per cell: 27 bits; 16M at 0.25 and 0.5) the
     // lookups hash and CLAWS is 2.6-2.2x faster (1.381 against 3.624 ms; 5.84 and 6.48 against
     // 12.9 and 11.1). Below 256K points Counting Sort's small sorts are about as fast as CLAWS's
@@ -1123,8 +1123,8 @@ private:
     // Staged Tiles on sparser data"): 4M points at 1, 1.25, 1.5 and 2 points per cell, Staged
     // Tiles 1.78, 1.57, 1.45 and 1.11 ms against the fastest other method's 1.83, 1.87, 1.92 and
     // 1.95; 16M at 1, 6.58 against 6.91; 1M at 1, 0.486 against CLAWS's 0.468. Below one point
-    // per cell CLAWS or Radix Sort is faster (the rule above). Its lookup table and kept keys need 29-61 bytes
-    // per point, so a billion points stay with Radix Sort (22 bytes).
+    // per cell CLAWS or Radix Sort is faster (the rule above). Its lookup table and kept keys
+    // need 29-61 bytes per point, so a billion points stay with Radix Sort (22 bytes).
     // Separate queries (Queries.cuh): a grid goes by bricks on any method's cells, and all tie
     // (512^3 density volume of 4M particles: Radix Sort 46.1 ms, Staged Tiles 45.7); a list of
     // points gathers one thread per query, where Staged Tiles' cells of R / 2 cost 125 lookups
