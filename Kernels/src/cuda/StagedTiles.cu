@@ -1493,8 +1493,8 @@ static_assert(int(sizeof(PlacementScratch)) <= rowListBytes<true>() && int(sizeo
 
 /// Each staged cell's range in global memory (hash lookups) and in shared memory (a block scan);
 /// returns the staged points' total.
-__device__ int placeStagedCells(
-  const TileSearch& g, const StagedRegion& r, const TileAnchor& tile, StagedCells& cells, PlacementScratch& placement)
+__device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, const TileAnchor& tile, StagedCells& cells,
+  PlacementScratch& placement, std::uint16_t* cellOfPosition = nullptr, int positions = 0)
 {
   int* cellStart = placement.cellStart;
   const int S = r.S, reach = r.reach;
@@ -1537,6 +1537,18 @@ __device__ int placeStagedCells(
         {
           cells.binStart[k * bins + b] = std::uint16_t(offsets[e] + counts[e]);
         }
+      }
+    }
+  }
+  if (cellOfPosition && stagedTotal <= positions)
+  {
+    // Each staged position's cell, for stagePointsFlat.
+    for (int e = 0; e < 2; ++e)
+    {
+      const int k = 2 * threadIdx.x + e;
+      for (int i = 0; i < counts[e]; ++i)
+      {
+        cellOfPosition[offsets[e] + i] = std::uint16_t(k);
       }
     }
   }
@@ -1629,21 +1641,11 @@ struct StagedWalk
   }
 };
 
-/// Staged positions a thread loads before it stores any, so that their loads from global memory
-/// are in flight together: four for count and density. On the 4M row on the H200 count's search
-/// took 1.385 ms against 1.418 with one at a time, density's 1.496 against 1.497 (RESULTS.md,
-/// issue 22). Smoothing keeps one: its values' loads and registers made a batch of four slower
-/// (one component 1.53 -> 1.75 ms).
-template <int Components>
-constexpr int stagingBatch()
-{
-  return Components == 0 ? 4 : 1;
-}
-
-/// The region's points in the block's frame (and their global index where the operation reads
-/// arrays), and the sentinel: a point at infinity that pads the pair loop to whole steps. Each
-/// thread stages a run of consecutive positions: the first one's cell by a binary search, then
-/// the cells in turn with their place (x, y, z) in the region. A search and three divisions by S
+/// The region's points in the block's frame with the staged values of smoothing
+/// (stagedComponents; the other operations stage by stagePointsFlat), and the sentinel: a point
+/// at infinity that pads the pair loop to whole steps. Each thread stages a run of consecutive
+/// positions: the first one's cell by a binary search, then the cells in turn with their place
+/// (x, y, z) in the region. A search and three divisions by S
 /// per point took an eighth of the 4M count search's instructions. With x bins, a point whose bin
 /// lies beyond its predecessor's in the cell starts the bins between (binStart; the sort put a
 /// cell's points in the order of their bins).
@@ -1651,7 +1653,9 @@ template <int Components, bool XBins>
 __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stagedTotal, Particle* stagedPoints,
   std::int32_t* stagedIndex, const float* values, float* stagedValues, std::uint16_t* binStart)
 {
-  constexpr int batch = stagingBatch<Components>();
+  // One position at a time: its values' loads and registers made a batch of four slower for
+  // smoothing (4M Shepard-1 on the H200: 1.53 -> 1.75 ms; RESULTS.md, issue 22).
+  constexpr int batch = 1;
   const int run = (stagedTotal + tileThreads - 1) / tileThreads;
   const int runBegin = min(stagedTotal, int(threadIdx.x) * run), runEnd = min(stagedTotal, runBegin + run);
   if (runBegin < runEnd)
@@ -1727,6 +1731,96 @@ __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stag
   }
 }
 
+/// stagePoints for the operations that stage no values (count, density, and the banded loops'
+/// global indices): each warp stages a run of whole steps of 32 consecutive positions, each
+/// position's cell read from placeStagedCells' table (or, where the scratch holds no table, found
+/// by a binary search). A warp's loads from global memory and its stores to shared memory are then
+/// contiguous, and a point's predecessor in its cell (for the x bins' starts) is the lane before
+/// it, or the last lane of the warp's step before. Against runs of five or six positions a thread
+/// walked cell by cell (stagePoints), on the 4M rows on the H200: count's search 1.318 -> 1.281 ms,
+/// density's 1.397 -> 1.372, 64M density 22.67 -> 22.31 (RESULTS.md, issue 22).
+template <bool XBins>
+__device__ void stagePointsFlat(const TileSearch& g, const StagedRegion& r, int stagedTotal, Particle* stagedPoints,
+  std::int32_t* stagedIndex, std::uint16_t* binStart, const std::uint16_t* cellOfPosition)
+{
+  constexpr int batch = 4;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int per = (stagedTotal + tileThreads - 1) / tileThreads * 32; // positions a warp, whole steps
+  const int begin = min(stagedTotal, warp * per), end = min(stagedTotal, begin + per);
+  const int bins = 1 << r.xBinBits;
+  const float inverseS = 1.0f / r.S;
+  // The bin and cell of the position before the step's first.
+  int carryBin = 0, carryCell = -1;
+  if (XBins && begin < end && begin > 0)
+  {
+    carryCell = cellOfPosition ? int(cellOfPosition[begin - 1]) : lastAtMost(r.cellStart, r.stagedCells, begin - 1);
+    const int toGlobal = r.cellFirst[carryCell] - r.cellStart[carryCell];
+    carryBin = lane == 0 ? xBinOf(g.particles[toGlobal + begin - 1].x, r.xBinBits) : 0;
+    carryBin = __shfl_sync(0xffffffffu, carryBin, 0);
+  }
+  for (int batchBegin = begin; batchBegin < end; batchBegin += batch * 32)
+  {
+    Particle own[batch];
+    int cellOf[batch];
+#pragma unroll
+    for (int i = 0; i < batch; ++i)
+    {
+      const int q = batchBegin + 32 * i + lane;
+      cellOf[i] = -1;
+      if (q < end)
+      {
+        const int k = cellOfPosition ? int(cellOfPosition[q]) : lastAtMost(r.cellStart, r.stagedCells, q);
+        cellOf[i] = k;
+        own[i] = g.particles[r.cellFirst[k] - r.cellStart[k] + q];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < batch; ++i)
+    {
+      const int q = batchBegin + 32 * i + lane;
+      if (batchBegin + 32 * i >= end)
+      {
+        break;
+      }
+      const int k = cellOf[i];
+      if constexpr (XBins)
+      {
+        const int bin = q < end ? xBinOf(own[i].x, r.xBinBits) : 0;
+        int previousBin = __shfl_up_sync(0xffffffffu, bin, 1);
+        int previousCell = __shfl_up_sync(0xffffffffu, k, 1);
+        if (lane == 0)
+        {
+          previousBin = carryBin;
+          previousCell = carryCell;
+        }
+        carryBin = __shfl_sync(0xffffffffu, bin, 31);
+        carryCell = __shfl_sync(0xffffffffu, k, 31);
+        if (q < end)
+        {
+          for (int b = (previousCell == k ? previousBin : 0) + 1; b <= bin; ++b)
+          {
+            binStart[k * bins + b] = std::uint16_t(q);
+          }
+        }
+      }
+      if (q < end)
+      {
+        int x, y, z;
+        placeInCube(k, r.S, inverseS, x, y, z);
+        stagedPoints[q] = staged(own[i], x, y, z);
+        if (stagedIndex)
+        {
+          stagedIndex[q] = r.cellFirst[k] - r.cellStart[k] + q;
+        }
+      }
+    }
+  }
+  if (threadIdx.x == 0)
+  {
+    stagedPoints[g.capacity] = Particle{ HUGE_VALF, HUGE_VALF, HUGE_VALF, 0.0f };
+  }
+}
+
 /// One block per work item (a tile and a chunk of its own points); blocks beyond the item count
 /// (on the device) return at once. Banded as addFloatPair: false only where the operation's terms
 /// vanish at R and no point lies in a huge cell (StagedTiles::reachesHugeCells). NarrowRows: the
@@ -1779,10 +1873,36 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
   region.sentinel = g.capacity;
 
   const int2 item = g.items[blockIdx.x];
-  const int stagedTotal = placeStagedCells(g, region, tileAnchorOf(g.fine, item.x, g.side), cells, placement);
+  // stagePointsFlat's table of each staged position's cell, after the placement's scratch, where
+  // the row lists' scratch holds one for the tile's capacity.
+  const int scratchBytes = g.clusterPairs ? clusterListBytes : rowListBytes<NarrowRows>();
+  std::uint16_t* cellOfPosition = reinterpret_cast<std::uint16_t*>(&placement + 1);
+  const int positions = (scratchBytes - int(sizeof(PlacementScratch))) / int(sizeof(std::uint16_t));
+  const bool table = components == 0 && !g.clusterPairs && g.capacity <= positions;
+  if (!table)
+  {
+    cellOfPosition = nullptr;
+  }
+  const int stagedTotal = placeStagedCells(
+    g, region, tileAnchorOf(g.fine, item.x, g.side), cells, placement, cellOfPosition, g.capacity);
   placeOwnCells(region, cells);
   const bool fits = stagedTotal <= g.capacity;
-  if (fits)
+  if constexpr (components == 0)
+  {
+    if (fits)
+    {
+      std::int32_t* index = region.index ? stagedIndex : nullptr;
+      if (region.xBinBits > 0)
+      {
+        stagePointsFlat<true>(g, region, stagedTotal, stagedPoints, index, cells.binStart, cellOfPosition);
+      }
+      else
+      {
+        stagePointsFlat<false>(g, region, stagedTotal, stagedPoints, index, cells.binStart, cellOfPosition);
+      }
+    }
+  }
+  else if (fits)
   {
     std::int32_t* index = region.index ? stagedIndex : nullptr;
     if (region.xBinBits > 0)
@@ -1809,8 +1929,17 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
   }
   else
   {
+    // Wide rows: the staged points at a constant offset from the block's shared memory (the row
+    // lists' size) instead of the offset chosen above at run time, so that a candidate's address
+    // takes one instruction instead of two. On the 4M rows on the H200: density's search 1.397 ->
+    // 1.360 ms, Shepard-1's 1.486 -> 1.465 (RESULTS.md, issue 22).
+    StagedRegion rows = region;
+    if constexpr (!NarrowRows)
+    {
+      rows.points = reinterpret_cast<const Particle*>(stagedMemory + rowListBytes<false>() / int(sizeof(float4)));
+    }
     using Format = RowFormat<NarrowRows>;
-    searchPointRows<Banded, Format>(g, op, region, static_cast<typename Format::Entry*>(scratch), chunkBegin, chunkEnd, decided);
+    searchPointRows<Banded, Format>(g, op, rows, static_cast<typename Format::Entry*>(scratch), chunkBegin, chunkEnd, decided);
   }
 }
 
