@@ -84,6 +84,18 @@ constexpr int maxOwnCells = maxTileSide * maxTileSide * maxTileSide;          //
 constexpr int maxXBins = 1 << RadixCells::maxXBinBits;                         // 4
 static_assert(maxStagedCells == 2 * tileThreads, "the block scan takes two staged cells per thread");
 
+/// A work item of the search: a tile, by its leader (its first occupied cell, and for Bits keys
+/// that cell's key, so that a block finds its tile without waiting for a read of the key), and a
+/// chunk of the tile's own points. With the key in the item and the item read before the count
+/// (searchTile), on the 4M rows on the H200: count's search 1.273 -> 1.269 ms, density's 1.337 ->
+/// 1.332, 64M 21.68 -> 21.61 (RESULTS.md, issue 22).
+struct TileItem
+{
+  std::uint64_t leaderKey;
+  int leader;
+  int chunk;
+};
+
 /// What the search kernel reads besides the operation.
 struct TileSearch
 {
@@ -92,7 +104,7 @@ struct TileSearch
   const std::int32_t* orderToInput = nullptr;
   bool hasImages = false;                // periodic images made on the device (Problem::images)
   int firstImage = 0;                    // the input index of the first one
-  const int2* items = nullptr;           // work items: (the tile's leader cell, chunk of its own points)
+  const TileItem* items = nullptr;       // work items: a tile (by its leader cell) and a chunk of its own points
   const int* itemCount = nullptr;        // how many (device memory)
   int side = maxTileSide;                // fine cells per tile and axis: 1, 2 or 4
   int reach = maxReach;                  // cells of R / reach: neighbors lie within `reach` cells
@@ -136,13 +148,13 @@ struct TileAnchor
   int place[3];           // cell k's place in its tile
 };
 
-/// The tile of cell k of `fine`, tiles of side^3 cells (side 1, 2 or 4).
-__device__ TileAnchor tileAnchorOf(const CellTable& fine, int k, int side)
+/// The tile of cell k of `fine`, tiles of side^3 cells (side 1, 2 or 4); Bits keys take k's key.
+__device__ TileAnchor tileAnchorOf(const CellTable& fine, int k, std::uint64_t bitsKey, int side)
 {
   TileAnchor t;
   if (fine.layout.mode != KeyMode::Wide)
   {
-    fine.layout.offsetsOfBitsKey(fine.bitsKeyOf(k), t.offset);
+    fine.layout.offsetsOfBitsKey(bitsKey, t.offset);
     for (int a = 0; a < 3; ++a)
     {
       // The cell coordinate modulo side, rounded towards minus infinity as tileOf's floor: the
@@ -191,7 +203,7 @@ __device__ __forceinline__ void placeInCube(int m, int S, float inverseS, int& x
 /// occupied, and this takes one lookup.
 __device__ int tileLeaderOf(const CellTable& fine, int k, int side)
 {
-  const TileAnchor tile = tileAnchorOf(fine, k, side);
+  const TileAnchor tile = tileAnchorOf(fine, k, fine.layout.mode != KeyMode::Wide ? fine.bitsKeyOf(k) : 0, side);
   const int mine = tile.place[0] + side * (tile.place[1] + side * tile.place[2]);
   const float inverseSide = 1.0f / side;
   for (int m = 0; m < mine; ++m)
@@ -249,18 +261,19 @@ struct TileChunks
   }
 };
 
-/// The work items (leader cell, chunk) of the tile that cell k leads, from position[k] on (an
-/// exclusive sum of TileChunks): in the cells' key order, so that the blocks resident together
-/// stage neighboring regions and the L2 serves a staged point to the blocks that share it.
-__global__ void writeTileItems(const std::int32_t* __restrict__ position, int cells, int2* __restrict__ items)
+/// The work items of the tile that cell k leads, from position[k] on (an exclusive sum of
+/// TileChunks): in the cells' key order, so that the blocks resident together stage neighboring
+/// regions and the L2 serves a staged point to the blocks that share it.
+__global__ void writeTileItems(CellTable fine, const std::int32_t* __restrict__ position, TileItem* __restrict__ items)
 {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < cells)
+  if (k < fine.cells)
   {
     const int first = position[k], count = position[k + 1] - first;
+    const std::uint64_t key = count > 0 && fine.layout.mode != KeyMode::Wide ? fine.bitsKeyOf(k) : 0;
     for (int c = 0; c < count; ++c)
     {
-      items[first + c] = make_int2(k, c);
+      items[first + c] = TileItem{ key, k, c };
     }
   }
 }
@@ -1651,11 +1664,11 @@ struct StagedWalk
 /// cell's points in the order of their bins).
 template <int Components, bool XBins>
 __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stagedTotal, Particle* stagedPoints,
-  std::int32_t* stagedIndex, const float* values, float* stagedValues, std::uint16_t* binStart)
+  const float* values, float* stagedValues, std::uint16_t* binStart)
 {
   // One position at a time: its values' loads and registers made a batch of four slower for
-  // smoothing (4M Shepard-1 on the H200: 1.53 -> 1.75 ms; RESULTS.md, issue 22).
-  constexpr int batch = 1;
+  // smoothing (4M Shepard-1 on the H200: 1.53 -> 1.75 ms), and a batch of one kept in arrays took
+  // 1.467 ms against 1.454 without them (RESULTS.md, issue 22).
   const int run = (stagedTotal + tileThreads - 1) / tileThreads;
   const int runBegin = min(stagedTotal, int(threadIdx.x) * run), runEnd = min(stagedTotal, runBegin + run);
   if (runBegin < runEnd)
@@ -1667,58 +1680,29 @@ __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stag
     {
       previousBin = xBinOf(g.particles[walk.toGlobal + runBegin - 1].x, r.xBinBits);
     }
-    for (int batchBegin = runBegin; batchBegin < runEnd; batchBegin += batch)
+    for (int q = runBegin; q < runEnd; ++q)
     {
-      // The batch's cells and sources first, each point's load issued; then the stores.
-      Particle own[batch];
-      int cellOf[batch], placeOf[batch], sourceOf[batch];
-#pragma unroll
-      for (int i = 0; i < batch; ++i)
+      walk.moveTo(r, q);
+      const int source = walk.toGlobal + q;
+      const Particle own = g.particles[source];
+      if constexpr (XBins)
       {
-        const int q = batchBegin + i;
-        if (q < runEnd)
+        // A cell's first point starts its bins from the cell's first.
+        const int bin = xBinOf(own.x, r.xBinBits);
+        for (int b = (q == walk.begin ? 0 : previousBin) + 1; b <= bin; ++b)
         {
-          walk.moveTo(r, q);
-          cellOf[i] = walk.k;
-          // The place, and whether q is its cell's first point (its bins start at the cell's first).
-          placeOf[i] = walk.x | (walk.y << 8) | (walk.z << 16) | (q == walk.begin ? 1 << 24 : 0);
-          sourceOf[i] = walk.toGlobal + q;
-          own[i] = g.particles[sourceOf[i]];
+          binStart[walk.k * bins + b] = std::uint16_t(q);
         }
+        previousBin = bin;
       }
-#pragma unroll
-      for (int i = 0; i < batch; ++i)
+      Particle p = staged(own, walk.x, walk.y, walk.z);
+      const float* v = values + std::int64_t(source) * Components;
+      for (int c = 1; c < Components; ++c)
       {
-        const int q = batchBegin + i;
-        if (q < runEnd)
-        {
-          const int cell = cellOf[i];
-          if constexpr (XBins)
-          {
-            const int bin = xBinOf(own[i].x, r.xBinBits);
-            for (int b = ((placeOf[i] >> 24) ? 0 : previousBin) + 1; b <= bin; ++b)
-            {
-              binStart[cell * bins + b] = std::uint16_t(q);
-            }
-            previousBin = bin;
-          }
-          Particle p = staged(own[i], placeOf[i] & 0xff, (placeOf[i] >> 8) & 0xff, (placeOf[i] >> 16) & 0xff);
-          if constexpr (Components > 0)
-          {
-            const float* v = values + std::int64_t(sourceOf[i]) * Components;
-            for (int c = 1; c < Components; ++c)
-            {
-              stagedValues[q * stagedValueStride(Components) + c - 1] = p.w * v[c];
-            }
-            p.w *= v[0];
-          }
-          stagedPoints[q] = p;
-          if (stagedIndex)
-          {
-            stagedIndex[q] = sourceOf[i];
-          }
-        }
+        stagedValues[q * stagedValueStride(Components) + c - 1] = p.w * v[c];
       }
+      p.w *= v[0];
+      stagedPoints[q] = p;
     }
   }
   if (threadIdx.x == 0)
@@ -1821,6 +1805,53 @@ __device__ void stagePointsFlat(const TileSearch& g, const StagedRegion& r, int 
   }
 }
 
+/// A block's staged region before its points are placed: the tile's shape and the block's tables
+/// (`cells` in static shared memory, the cells' staged starts in the placement's scratch).
+__device__ StagedRegion regionOfBlock(const TileSearch& g, StagedCells& cells, PlacementScratch& placement)
+{
+  StagedRegion region;
+  region.side = g.side;
+  region.reach = g.reach;
+  region.S = g.side + 2 * g.reach;
+  region.stagedCells = region.S * region.S * region.S;
+  region.ownCells = g.side * g.side * g.side;
+  region.cellFirst = cells.cellFirst;
+  region.cellStart = placement.cellStart;
+  region.binStart = cells.binStart;
+  region.xBinBits = g.xBinBits;
+  region.ownStart = cells.ownStart;
+  region.sentinel = g.capacity;
+  return region;
+}
+
+/// The placed region's points into shared memory (stagePointsFlat, or stagePoints with the
+/// staged values of smoothing: Components).
+template <int Components>
+__device__ void stageRegion(const TileSearch& g, const StagedRegion& r, int stagedTotal, Particle* stagedPoints,
+  std::int32_t* stagedIndex, const float* values, float* stagedValues, std::uint16_t* binStart,
+  const std::uint16_t* cellOfPosition)
+{
+  if constexpr (Components == 0)
+  {
+    if (r.xBinBits > 0)
+    {
+      stagePointsFlat<true>(g, r, stagedTotal, stagedPoints, stagedIndex, binStart, cellOfPosition);
+    }
+    else
+    {
+      stagePointsFlat<false>(g, r, stagedTotal, stagedPoints, stagedIndex, binStart, cellOfPosition);
+    }
+  }
+  else if (r.xBinBits > 0)
+  {
+    stagePoints<Components, true>(g, r, stagedTotal, stagedPoints, values, stagedValues, binStart);
+  }
+  else
+  {
+    stagePoints<Components, false>(g, r, stagedTotal, stagedPoints, values, stagedValues, binStart);
+  }
+}
+
 /// One block per work item (a tile and a chunk of its own points); blocks beyond the item count
 /// (on the device) return at once. Banded as addFloatPair: false only where the operation's terms
 /// vanish at R and no point lies in a huge cell (StagedTiles::reachesHugeCells). NarrowRows: the
@@ -1850,29 +1881,20 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
                                   reinterpret_cast<const char*>(stagedMemory))) / int(sizeof(float4)));
   void* scratch = g.clusterPairs ? static_cast<void*>(stagedMemory + stagedFloat4s) : static_cast<void*>(stagedMemory);
   __shared__ StagedCells cells;
+  // The item is read before the count, so that the two loads wait together instead of one after
+  // the other: the grid's bound has room for it, and beyond the count it is not used.
+  const TileItem item = g.items[blockIdx.x];
   if (int(blockIdx.x) >= *g.itemCount)
   {
     return;
   }
 
-  StagedRegion region;
-  region.side = g.side;
-  region.reach = g.reach;
-  region.S = g.side + 2 * g.reach;
-  region.stagedCells = region.S * region.S * region.S;
-  region.ownCells = g.side * g.side * g.side;
-  region.cellFirst = cells.cellFirst;
   PlacementScratch& placement = *static_cast<PlacementScratch*>(scratch);
-  region.cellStart = placement.cellStart;
-  region.binStart = cells.binStart;
-  region.xBinBits = g.xBinBits;
-  region.ownStart = cells.ownStart;
+  StagedRegion region = regionOfBlock(g, cells, placement);
   region.points = stagedPoints;
   region.index = stagesIndex ? stagedIndex : nullptr;
   region.values = components >= 2 ? stagedValues : nullptr;
-  region.sentinel = g.capacity;
 
-  const int2 item = g.items[blockIdx.x];
   // stagePointsFlat's table of each staged position's cell, after the placement's scratch, where
   // the row lists' scratch holds one for the tile's capacity.
   const int scratchBytes = g.clusterPairs ? clusterListBytes : rowListBytes<NarrowRows>();
@@ -1884,41 +1906,19 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
     cellOfPosition = nullptr;
   }
   const int stagedTotal = placeStagedCells(
-    g, region, tileAnchorOf(g.fine, item.x, g.side), cells, placement, cellOfPosition, g.capacity);
+    g, region, tileAnchorOf(g.fine, item.leader, item.leaderKey, g.side), cells, placement, cellOfPosition, g.capacity);
   placeOwnCells(region, cells);
   const bool fits = stagedTotal <= g.capacity;
-  if constexpr (components == 0)
+  if (fits)
   {
-    if (fits)
-    {
-      std::int32_t* index = region.index ? stagedIndex : nullptr;
-      if (region.xBinBits > 0)
-      {
-        stagePointsFlat<true>(g, region, stagedTotal, stagedPoints, index, cells.binStart, cellOfPosition);
-      }
-      else
-      {
-        stagePointsFlat<false>(g, region, stagedTotal, stagedPoints, index, cells.binStart, cellOfPosition);
-      }
-    }
-  }
-  else if (fits)
-  {
-    std::int32_t* index = region.index ? stagedIndex : nullptr;
-    if (region.xBinBits > 0)
-    {
-      stagePoints<components, true>(g, region, stagedTotal, stagedPoints, index, values, stagedValues, cells.binStart);
-    }
-    else
-    {
-      stagePoints<components, false>(g, region, stagedTotal, stagedPoints, index, values, stagedValues, cells.binStart);
-    }
+    stageRegion<components>(g, region, stagedTotal, stagedPoints, region.index ? stagedIndex : nullptr, values,
+      stagedValues, cells.binStart, cellOfPosition);
   }
   __syncthreads();
 
   const int ownTotal = cells.ownStart[region.ownCells];
   const int per = chunkPointsFor(ownTotal, g.side, g.reach, g.capacity);
-  const int chunkBegin = item.y * per, chunkEnd = min(ownTotal, chunkBegin + per);
+  const int chunkBegin = item.chunk * per, chunkEnd = min(ownTotal, chunkBegin + per);
   if (!fits)
   {
     searchFromGlobal(g, op, region, chunkBegin, chunkEnd, decided);
@@ -2001,7 +2001,7 @@ public:
     // Each tile's own points at its leader and the items' positions: two words per occupied cell;
     // work items: one per tile and one per 256 points.
     return RadixCells::plannedBytes(run.count, layout, true) + 8 * (cells + 1) +
-      8 * (cells + run.count / tileThreads + 2) + (std::int64_t(8) << 20);
+      std::int64_t(sizeof(TileItem)) * (cells + run.count / tileThreads + 2) + (std::int64_t(8) << 20);
   }
 
   void sort(CudaRun& run) override
@@ -2115,8 +2115,8 @@ private:
     const TileChunks chunks{ ownPoints, side_, reach_, capacity_ };
     const auto chunksOfCell = thrust::make_transform_iterator(thrust::counting_iterator<int>(0), chunks);
     exclusiveSum(chunksOfCell, position, cells + 1, scratch_, run.stream, "scanning the tiles' work items");
-    int2* items = itemList_.ensure(bound, "tile work items");
-    writeTileItems<<<blocksFor(cells), 256, 0, run.stream>>>(position, cells, items);
+    TileItem* items = itemList_.ensure(bound, "tile work items");
+    writeTileItems<<<blocksFor(cells), 256, 0, run.stream>>>(search_.fine, position, items);
     NG_CUDA_CHECK_LAUNCH("writeTileItems");
     search_.items = items;
     search_.itemCount = position + cells;
@@ -2371,7 +2371,7 @@ private:
   DeviceBuffer<std::int32_t> ownPoints_;
   DeviceBuffer<std::int32_t> position_;
   DeviceBuffer<unsigned char> scratch_;
-  DeviceBuffer<int2> itemList_;
+  DeviceBuffer<TileItem> itemList_;
   TileSearch search_;
   PairTest pointTest_; // the search by point (sparse data): frames of 3 cells
   double cellSize_ = 1.0;
