@@ -86,9 +86,8 @@ static_assert(maxStagedCells == 2 * tileThreads, "the block scan takes two stage
 
 /// A work item of the search: a tile, by its leader (its first occupied cell, and for Bits keys
 /// that cell's key, so that a block finds its tile without waiting for a read of the key), and a
-/// chunk of the tile's own points. With the key in the item and the item read before the count
-/// (searchTile), on the 4M rows on the H200: count's search 1.273 -> 1.269 ms, density's 1.337 ->
-/// 1.332, 64M 21.68 -> 21.61 (RESULTS.md, issue 22).
+/// chunk of the tile's own points. With the key in the item, on the 4M rows on the H200: count's
+/// search 1.273 -> 1.269 ms, density's 1.337 -> 1.332, 64M 21.68 -> 21.61 (RESULTS.md, issue 22).
 struct TileItem
 {
   std::uint64_t leaderKey;
@@ -1881,13 +1880,11 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
                                   reinterpret_cast<const char*>(stagedMemory))) / int(sizeof(float4)));
   void* scratch = g.clusterPairs ? static_cast<void*>(stagedMemory + stagedFloat4s) : static_cast<void*>(stagedMemory);
   __shared__ StagedCells cells;
-  // The item is read before the count, so that the two loads wait together instead of one after
-  // the other: the grid's bound has room for it, and beyond the count it is not used.
-  const TileItem item = g.items[blockIdx.x];
   if (int(blockIdx.x) >= *g.itemCount)
   {
     return;
   }
+  const TileItem item = g.items[blockIdx.x];
 
   PlacementScratch& placement = *static_cast<PlacementScratch*>(scratch);
   StagedRegion region = regionOfBlock(g, cells, placement);
