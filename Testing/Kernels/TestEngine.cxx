@@ -1004,6 +1004,48 @@ TEST(EngineMethods, StagedTilesLatticeShellsAreExact)
   expectMisspelledKnobRefused("NEIGHBORGRID_TILES_BAND", "list");
 }
 
+// Where a uniform cloud fills more of a block's threads with them, tiles are one cell deeper along
+// z (side x side x (side + 1) cells: StagedTiles::chooseDepthAndCapacity), their own cells in
+// Morton order of the cube and then of its top layer, their staged region 9/8 of the cube's. Cube
+// and deeper tiles, both reaches, both loops over a staged tile, every operation of the loops:
+// exact on a uniform cloud of about 80 neighbors (the density at which the rule takes deeper
+// tiles), clumps beside it and points on the x bins' edges.
+TEST(EngineMethods, StagedTilesTileDepthsAreExact)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
+  }
+  const double radius = 0.5;
+  const std::vector<Cloud> clouds = { ngtest::makeCloud("uniform", 10000, 4.0, 67), clumpsBesideUniform(71),
+    latticeOnBinEdges(radius, 73) };
+  for (const Cloud& cloud : clouds)
+  {
+    const LoopReference want(cloud, radius);
+    for (const char* reach : { "1", "2" })
+    {
+      for (const char* depth : { "cube", "deeper" })
+      {
+        for (const char* loop : { "points", "clusters" })
+        {
+          SCOPED_TRACE(cloud.name + ", NEIGHBORGRID_TILES_REACH=" + reach + ", NEIGHBORGRID_TILES_DEPTH=" + depth +
+            ", NEIGHBORGRID_TILES_LOOP=" + loop);
+          const ScopedKnob reachKnob("NEIGHBORGRID_TILES_REACH", reach);
+          const ScopedKnob depthKnob("NEIGHBORGRID_TILES_DEPTH", depth);
+          const ScopedKnob loopKnob("NEIGHBORGRID_TILES_LOOP", loop);
+          Engine engine;
+          expectLoopResults(engine, baseRequest(cloud, radius, Method::StagedTiles), cloud, want);
+          if (HasFatalFailure())
+          {
+            return;
+          }
+        }
+      }
+    }
+  }
+  expectMisspelledKnobRefused("NEIGHBORGRID_TILES_DEPTH", "cubic");
+}
+
 // Staged Tiles stages tiles of cells of R from 1.5 points per occupied cell, and below it each
 // point looks up its 27 cells. Both ways forced (NEIGHBORGRID_TILES_STAGING) on a sparse uniform
 // cloud (about 0.3 points per cell of R: most staged cells empty), clumps beside uniform points,

@@ -179,6 +179,8 @@ public:
     }
     device_.multiprocessors = prop.multiProcessorCount;
     device_.sharedMemoryPerBlock = static_cast<int>(prop.sharedMemPerBlockOptin);
+    device_.sharedMemoryPerSm = static_cast<int>(prop.sharedMemPerMultiprocessor);
+    device_.reservedSharedMemoryPerBlock = static_cast<int>(prop.reservedSharedMemPerBlock);
     NG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     NG_CUDA_CHECK(cudaEventCreate(&coordinatesBegan_), "cudaEventCreate");
     NG_CUDA_CHECK(cudaEventCreate(&coordinatesArrived_), "cudaEventCreate");

@@ -24,6 +24,8 @@ struct CudaDevice
   std::string name;
   int multiprocessors = 1;
   int sharedMemoryPerBlock = 48 * 1024; // opt-in maximum
+  int sharedMemoryPerSm = 48 * 1024;
+  int reservedSharedMemoryPerBlock = 0;  // what the system takes of an SM's for each resident block
 };
 
 /// One run of the engine on the device.

@@ -22,9 +22,12 @@
 //    R / 2 that hold a point or less each. Below about 1.6 points per cell of R no tile holds
 //    enough points to pay for staging, and each point looks up its 27 cells of R instead.
 //  - FENNS's coarse cells are sized to fill a block with one cell's points and stage a border of
-//    R around them; here a tile is 4 x 4 x 4 cells (2 or 1 when the data are dense) and the
-//    staged region is the tile grown by `reach` cells, 8 x 8 x 8 cells of R / 2 or 6 x 6 x 6 of
-//    R: every point is staged by about eight (or 3.4) blocks.
+//    R around them; here a tile is 4 x 4 x 4 cells (2 or 1 when the data are dense), or one cell
+//    deeper along z (4 x 4 x 5) where that fills more of a block's 256 threads and still lets as
+//    many blocks share an SM (chooseDepthAndCapacity: on the 4M rows a cube holds 155 points, a
+//    deeper tile 190), and the staged region is the tile grown by `reach` cells, 8 x 8 x 8 (or 8
+//    x 8 x 9) cells of R / 2 or 6 x 6 x 6 of R: every point is staged by about eight (7.2) or
+//    3.4 blocks.
 //  - Inside the block the staged points keep the global order (row-major by fine cell), so a
 //    row of five cells is one contiguous range of shared memory: 25 loops per point, no per-cell
 //    lookups. Threads of a warp take neighboring points and so read the same rows (broadcasts).
@@ -77,12 +80,15 @@ namespace
 
 constexpr int tileThreads = 256;
 constexpr int maxReach = 2;                                // neighbors lie within one or two cells
-constexpr int maxTileSide = 4;                             // cells per tile and axis
+constexpr int maxTileSide = 4;                             // cells per tile along x and y
+constexpr int maxTileDepth = maxTileSide + 1;              // cells per tile along z (chooseDepthAndCapacity)
 constexpr int maxStagedSide = maxTileSide + 2 * maxReach;  // 8
-constexpr int maxStagedCells = maxStagedSide * maxStagedSide * maxStagedSide; // 512
-constexpr int maxOwnCells = maxTileSide * maxTileSide * maxTileSide;          // 64
+constexpr int maxStagedDepth = maxTileDepth + 2 * maxReach; // 9
+constexpr int maxStagedCells = maxStagedSide * maxStagedSide * maxStagedDepth; // 576
+constexpr int maxOwnCells = maxTileSide * maxTileSide * maxTileDepth;          // 80
 constexpr int maxXBins = 1 << RadixCells::maxXBinBits;                         // 4
-static_assert(maxStagedCells == 2 * tileThreads, "the block scan takes two staged cells per thread");
+constexpr int stagedCellsPerThread = (maxStagedCells + tileThreads - 1) / tileThreads; // the block scan's
+constexpr int ownCellsPerLane = (maxOwnCells + 31) / 32;                              // placeOwnCells'
 
 /// A work item of the search: a tile, by its leader (its first occupied cell, and for Bits keys
 /// that cell's key, so that a block finds its tile without waiting for a read of the key), and a
@@ -105,7 +111,8 @@ struct TileSearch
   int firstImage = 0;                    // the input index of the first one
   const TileItem* items = nullptr;       // work items: a tile (by its leader cell) and a chunk of its own points
   const int* itemCount = nullptr;        // how many (device memory)
-  int side = maxTileSide;                // fine cells per tile and axis: 1, 2 or 4
+  int side = maxTileSide;                // fine cells per tile along x and y: 1, 2 or 4
+  int depth = maxTileSide;               // along z: side or side + 1 (chooseDepthAndCapacity)
   int reach = maxReach;                  // cells of R / reach: neighbors lie within `reach` cells
   int capacity = 0;                      // staged points that fit the block's shared memory
   float cullLimit = 0.0f;                // squared distance (fine-cell units) beyond which a row is skipped
@@ -117,9 +124,15 @@ struct TileSearch
   PairTest test;
 };
 
-/// The tile of fine cell c: its lowest cell (anchor) and c's place in it. A huge axis
-/// (CellGrid.h) has no neighbors, so its tile is the cell itself.
-__device__ __forceinline__ void tileOf(const double c[3], int side, double anchor[3], int place[3])
+/// A tile's cells along axis a: side along x and y, depth along z.
+__host__ __device__ __forceinline__ int tileExtent(int a, int side, int depth)
+{
+  return a == 2 ? depth : side;
+}
+
+/// The tile of fine cell c, tiles of side x side x depth cells: its lowest cell (anchor) and c's
+/// place in it. A huge axis (CellGrid.h) has no neighbors, so its tile is the cell itself.
+__device__ __forceinline__ void tileOf(const double c[3], int side, int depth, double anchor[3], int place[3])
 {
   for (int a = 0; a < 3; ++a)
   {
@@ -130,8 +143,12 @@ __device__ __forceinline__ void tileOf(const double c[3], int side, double ancho
     }
     else
     {
-      anchor[a] = floor(c[a] / side) * side; // exact: side is 1, 2 or 4
-      place[a] = static_cast<int>(c[a] - anchor[a]);
+      // c is an integer: its remainder is exact, and so is c less it.
+      const double extent = tileExtent(a, side, depth);
+      double below = fmod(c[a], extent);
+      below = below < 0.0 ? below + extent : below;
+      anchor[a] = c[a] - below;
+      place[a] = static_cast<int>(below);
     }
   }
 }
@@ -147,8 +164,9 @@ struct TileAnchor
   int place[3];           // cell k's place in its tile
 };
 
-/// The tile of cell k of `fine`, tiles of side^3 cells (side 1, 2 or 4); Bits keys take k's key.
-__device__ TileAnchor tileAnchorOf(const CellTable& fine, int k, std::uint64_t bitsKey, int side)
+/// The tile of cell k of `fine`, tiles of side x side x depth cells (side 1, 2 or 4; depth side or
+/// side + 1); Bits keys take k's key.
+__device__ TileAnchor tileAnchorOf(const CellTable& fine, int k, std::uint64_t bitsKey, int side, int depth)
 {
   TileAnchor t;
   if (fine.layout.mode != KeyMode::Wide)
@@ -156,17 +174,30 @@ __device__ TileAnchor tileAnchorOf(const CellTable& fine, int k, std::uint64_t b
     fine.layout.offsetsOfBitsKey(bitsKey, t.offset);
     for (int a = 0; a < 3; ++a)
     {
-      // The cell coordinate modulo side, rounded towards minus infinity as tileOf's floor: the
-      // low bits of its two's complement (the lowest cell is an integer below 2^53).
-      t.place[a] = int((static_cast<std::int64_t>(fine.layout.lowest[a]) + t.offset[a]) & (side - 1));
-      t.offset[a] -= t.place[a];
+      // The cell coordinate modulo the tile's extent, rounded towards minus infinity as tileOf's
+      // (the lowest cell is an integer below 2^53): for a power of two the low bits of its two's
+      // complement.
+      const int extent = tileExtent(a, side, depth);
+      const std::int64_t c = static_cast<std::int64_t>(fine.layout.lowest[a]) + t.offset[a];
+      int below = 0;
+      if ((extent & (extent - 1)) == 0)
+      {
+        below = int(c & (extent - 1));
+      }
+      else
+      {
+        below = int(c % extent);
+        below = below < 0 ? below + extent : below;
+      }
+      t.place[a] = below;
+      t.offset[a] -= below;
     }
   }
   else
   {
     double c[3];
     fine.coordinates(k, c);
-    tileOf(c, side, t.cell, t.place);
+    tileOf(c, side, depth, t.cell, t.place);
   }
   return t;
 }
@@ -184,13 +215,13 @@ __device__ __forceinline__ int cellNearAnchor(const CellTable& fine, const TileA
   return offsetCell(t.cell, dx, dy, dz, cell) ? fine.find(cell) : -1;
 }
 
-/// Cell m's place (x, y, z) in a row-major cube of S^3 cells, for m < 512 and S <= 8, given
+/// Cell m's place (x, y, z) in a row-major box of S x S x D cells, for m < 1024 and S <= 8, given
 /// inverseS = 1.0f / S: a float multiply divides exactly there ((m + 0.5) / S lies at least
-/// 1 / (2 S) from an integer, the product within 6e-5 of it), where an integer division by a
+/// 1 / (2 S) from an integer, the product within 1.2e-4 of it), where an integer division by a
 /// runtime S takes about twenty instructions.
-__device__ __forceinline__ void placeInCube(int m, int S, float inverseS, int& x, int& y, int& z)
+__device__ __forceinline__ void placeInBox(int m, int S, float inverseS, int& x, int& y, int& z)
 {
-  static_assert(maxStagedSide <= 8 && maxStagedCells <= 512, "placeInCube divides exactly up to 512 cells of S <= 8");
+  static_assert(maxStagedSide <= 8 && maxStagedCells <= 1024, "placeInBox divides exactly up to 1024 cells of S <= 8");
   const int row = int((m + 0.5f) * inverseS);
   z = int((row + 0.5f) * inverseS);
   y = row - z * S;
@@ -200,15 +231,15 @@ __device__ __forceinline__ void placeInCube(int m, int S, float inverseS, int& x
 /// The leader of occupied fine cell k's tile: the tile's first occupied cell in row-major order,
 /// k itself where none comes before it. Where the data are dense the tile's first cell is
 /// occupied, and this takes one lookup.
-__device__ int tileLeaderOf(const CellTable& fine, int k, int side)
+__device__ int tileLeaderOf(const CellTable& fine, int k, int side, int depth)
 {
-  const TileAnchor tile = tileAnchorOf(fine, k, fine.layout.mode != KeyMode::Wide ? fine.bitsKeyOf(k) : 0, side);
+  const TileAnchor tile = tileAnchorOf(fine, k, fine.layout.mode != KeyMode::Wide ? fine.bitsKeyOf(k) : 0, side, depth);
   const int mine = tile.place[0] + side * (tile.place[1] + side * tile.place[2]);
   const float inverseSide = 1.0f / side;
   for (int m = 0; m < mine; ++m)
   {
     int x, y, z;
-    placeInCube(m, side, inverseSide, x, y, z);
+    placeInBox(m, side, inverseSide, x, y, z);
     const int found = cellNearAnchor(fine, tile, x, y, z);
     if (found >= 0)
     {
@@ -220,25 +251,25 @@ __device__ int tileLeaderOf(const CellTable& fine, int k, int side)
 
 /// ownPoints[leader of k's tile] += the points of occupied fine cell k, over a cleared ownPoints:
 /// each tile's own points then sit at its leader, and every other cell holds zero.
-__global__ void addToTileLeaders(CellTable fine, int side, std::int32_t* __restrict__ ownPoints)
+__global__ void addToTileLeaders(CellTable fine, int side, int depth, std::int32_t* __restrict__ ownPoints)
 {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (k < fine.cells)
   {
-    atomicAdd(&ownPoints[tileLeaderOf(fine, k, side)], fine.start[k + 1] - fine.start[k]);
+    atomicAdd(&ownPoints[tileLeaderOf(fine, k, side, depth)], fine.start[k + 1] - fine.start[k]);
   }
 }
 
 /// Own points of a tile per block: all of a tile that can stage its region, in blocks of 1024; a
 /// tile whose region would not fit at its own points' density reads candidates from global
 /// memory and gets a block per 256 points. Any split is correct; this one only sets the speed.
-/// The staged estimate ownTotal S^3 / side^3 is compared with the capacity in integers: with a
-/// division in double, the scan of the 64M row's 24M cells (TileChunks) took 159 us on the H200
-/// instead of 76.
-__host__ __device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, int reach, int capacity)
+/// The staged estimate ownTotal (staged cells / own cells) is compared with the capacity in
+/// integers: with a division in double, the scan of the 64M row's 24M cells (TileChunks) took 159
+/// us on the H200 instead of 76.
+__host__ __device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, int depth, int reach, int capacity)
 {
-  const int S = side + 2 * reach;
-  const bool fits = std::int64_t(ownTotal) * (S * S * S) <= std::int64_t(capacity) * (side * side * side);
+  const int S = side + 2 * reach, D = depth + 2 * reach;
+  const bool fits = std::int64_t(ownTotal) * (S * S * D) <= std::int64_t(capacity) * (side * side * depth);
   return fits ? 4 * tileThreads : tileThreads;
 }
 
@@ -246,7 +277,7 @@ __host__ __device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, i
 struct TileChunks
 {
   const std::int32_t* ownPoints = nullptr; // addToTileLeaders'
-  int side = 1, reach = 1, capacity = 0;
+  int side = 1, depth = 1, reach = 1, capacity = 0;
 
   __host__ __device__ int operator()(int k) const
   {
@@ -255,7 +286,7 @@ struct TileChunks
     {
       return 0;
     }
-    const int per = chunkPointsFor(own, side, reach, capacity);
+    const int per = chunkPointsFor(own, side, depth, reach, capacity);
     return (own + per - 1) / per;
   }
 };
@@ -408,12 +439,22 @@ __device__ __forceinline__ float fusedSquaredDistance(const Particle& a, const P
 }
 
 /// Own cell m of a tile in Morton order (side 1, 2 or 4): consecutive own points then lie close
-/// together, so a cluster of four has a small box.
-__device__ __forceinline__ void ownCellPlace(int m, int& x, int& y, int& z)
+/// together, so a cluster of four has a small box. A tile one cell deeper (depth side + 1) has its
+/// cube's side^3 cells first, then its top layer's in Morton order of the plane.
+__device__ __forceinline__ void ownCellPlace(int m, int side, int& x, int& y, int& z)
 {
-  x = (m & 1) | ((m >> 2) & 2);
-  y = ((m >> 1) & 1) | ((m >> 3) & 2);
-  z = ((m >> 2) & 1) | ((m >> 4) & 2);
+  const int cube = side * side * side;
+  if (m < cube)
+  {
+    x = (m & 1) | ((m >> 2) & 2);
+    y = ((m >> 1) & 1) | ((m >> 3) & 2);
+    z = ((m >> 2) & 1) | ((m >> 4) & 2);
+    return;
+  }
+  const int l = m - cube;
+  x = (l & 1) | ((l >> 1) & 2);
+  y = ((l >> 1) & 1) | ((l >> 2) & 2);
+  z = side;
 }
 
 /// The block's staged region in shared memory: each staged cell's points in global order
@@ -422,7 +463,7 @@ struct StagedRegion
 {
   int side = 1;
   int reach = 1;
-  int S = 1; // staged cells per axis
+  int S = 1; // staged cells along x and y (and along z, S + depth - side)
   int stagedCells = 1;
   int ownCells = 1;
   const int* cellFirst = nullptr;
@@ -439,7 +480,7 @@ struct StagedRegion
   __device__ __forceinline__ int ownCell(int t, int& x, int& y, int& z, int& offset) const
   {
     const int m = lastAtMost(ownStart, ownCells, t);
-    ownCellPlace(m, x, y, z);
+    ownCellPlace(m, side, x, y, z);
     x += reach;
     y += reach;
     z += reach;
@@ -1151,8 +1192,8 @@ constexpr int clusterSize = 4;
 constexpr int candidateLanes = 32 / clusterSize; // candidates a warp step
 constexpr int tileWarps = tileThreads / 32;
 constexpr int survivorCapacity = 384;            // a warp's candidates that passed the box test
-constexpr int maxClusterRows = maxStagedSide * maxStagedSide;
-static_assert(maxClusterRows <= 64, "a lane lists at most two rows of the cluster's window");
+constexpr int maxClusterRows = maxStagedSide * maxStagedDepth;
+constexpr int clusterRowsPerLane = (maxClusterRows + 31) / 32; // a lane's rows of the cluster's window
 
 /// A warp's lists in shared memory.
 struct ClusterLists
@@ -1224,29 +1265,29 @@ __device__ __forceinline__ int warpExclusiveSum(int value, int lane, int& total)
 
 /// The rows of staged cells (y, z) that reach within R of the box, each trimmed along x to the
 /// cells the box's swept sphere spans, as one sequence of candidates. A lane holds rows lane and
-/// lane + 32 of the window; start[e] is where its row e begins in the sequence (empty rows are
+/// lane + 32 e of the window; start[e] is where its row e begins in the sequence (empty rows are
 /// marked by start -1); rowBase lists the non-empty rows in order.
 struct ClusterRows
 {
-  int start[2];
+  int start[clusterRowsPerLane];
   int total;
 };
 
 __device__ ClusterRows listClusterRows(const TileSearch& g, const StagedRegion& r, const ClusterBox& b, int* rowBase, int lane)
 {
-  const int last = r.S - 1;
-  int y0 = 0, y1 = last, z0 = 0, z1 = last;
+  const int last = r.S - 1, lastZ = r.stagedCells / (r.S * r.S) - 1;
+  int y0 = 0, y1 = last, z0 = 0, z1 = lastZ;
   if (b.culls)
   {
     const float reachLimit = sqrtf(g.cullLimit);
     y0 = max(0, __float2int_rd(b.lo[1] - reachLimit));
     y1 = min(last, __float2int_rd(b.hi[1] + reachLimit));
     z0 = max(0, __float2int_rd(b.lo[2] - reachLimit));
-    z1 = min(last, __float2int_rd(b.hi[2] + reachLimit));
+    z1 = min(lastZ, __float2int_rd(b.hi[2] + reachLimit));
   }
   const int wide = y1 - y0 + 1, rows = wide * (z1 - z0 + 1);
-  int begin[2], length[2];
-  for (int e = 0; e < 2; ++e)
+  int begin[clusterRowsPerLane], length[clusterRowsPerLane];
+  for (int e = 0; e < clusterRowsPerLane; ++e)
   {
     const int k = lane + 32 * e;
     begin[e] = 0;
@@ -1273,26 +1314,28 @@ __device__ ClusterRows listClusterRows(const TileSearch& g, const StagedRegion& 
       }
     }
   }
+  // Lane l's e-th row is the window's row l + 32 e: the rows in order are every lane's first,
+  // then every lane's second, and so on.
   const unsigned below = (1u << lane) - 1u;
-  const unsigned nonEmpty0 = __ballot_sync(0xffffffffu, length[0] > 0);
-  const unsigned nonEmpty1 = __ballot_sync(0xffffffffu, length[1] > 0);
-  int total0, total1;
   ClusterRows out;
-  out.start[0] = warpExclusiveSum(length[0], lane, total0);
-  out.start[1] = total0 + warpExclusiveSum(length[1], lane, total1);
-  out.total = total0 + total1;
-  const int rank[2] = { __popc(nonEmpty0 & below), __popc(nonEmpty0) + __popc(nonEmpty1 & below) };
-  for (int e = 0; e < 2; ++e)
+  int before = 0, ranked = 0;
+  for (int e = 0; e < clusterRowsPerLane; ++e)
   {
+    const unsigned nonEmpty = __ballot_sync(0xffffffffu, length[e] > 0);
+    int total = 0;
+    out.start[e] = before + warpExclusiveSum(length[e], lane, total);
+    before += total;
     if (length[e] > 0)
     {
-      rowBase[rank[e]] = begin[e] - out.start[e];
+      rowBase[ranked + __popc(nonEmpty & below)] = begin[e] - out.start[e];
     }
     else
     {
       out.start[e] = -1;
     }
+    ranked += __popc(nonEmpty);
   }
+  out.total = before;
   __syncwarp();
   return out;
 }
@@ -1406,7 +1449,7 @@ __device__ void searchClusterPairs(const TileSearch& g, const Op& op, const Stag
     for (int window = 0; window < rows.total; window += 32)
     {
       unsigned starts = 0;
-      for (int e = 0; e < 2; ++e)
+      for (int e = 0; e < clusterRowsPerLane; ++e)
       {
         const int d = rows.start[e] - window;
         starts |= (rows.start[e] >= 0 && d >= 0 && d < 32) ? 1u << d : 0u;
@@ -1503,29 +1546,64 @@ static_assert(int(sizeof(PlacementScratch)) <= rowListBytes<true>() && int(sizeo
     alignof(PlacementScratch) <= scratchAlignment,
   "the block's placement fits the search's scratch");
 
+/// The thread's staged cells (blocked: stagedCellsPerThread consecutive ones) in `fine`, -1 where
+/// no point lies or beyond the region. With an identity table each is one load, and a thread's
+/// loads issue before any is used: with three cells a thread instead of two (deeper tiles), one
+/// lookup after the other took count's 4M search 1.240 -> 1.250 ms, density's 1.247 -> 1.260,
+/// 64M 20.06 -> 20.30 (H200; RESULTS.md, issue 22).
+__device__ __forceinline__ void findStagedCells(const CellTable& fine, const StagedRegion& r, const TileAnchor& tile,
+  int (&m)[stagedCellsPerThread])
+{
+  const float inverseS = 1.0f / r.S;
+  int place[stagedCellsPerThread][3];
+  for (int e = 0; e < stagedCellsPerThread; ++e)
+  {
+    placeInBox(stagedCellsPerThread * threadIdx.x + e, r.S, inverseS, place[e][0], place[e][1], place[e][2]);
+  }
+  if (fine.layout.mode != KeyMode::Wide && fine.lookup.identityCells)
+  {
+    std::uint64_t key[stagedCellsPerThread];
+    bool inside[stagedCellsPerThread];
+    for (int e = 0; e < stagedCellsPerThread; ++e)
+    {
+      const std::int64_t offset[3] = { tile.offset[0] + place[e][0] - r.reach, tile.offset[1] + place[e][1] - r.reach,
+        tile.offset[2] + place[e][2] - r.reach };
+      inside[e] = int(stagedCellsPerThread * threadIdx.x) + e < r.stagedCells && fine.layout.bitsKeyOfOffsets(offset, key[e]);
+    }
+    for (int e = 0; e < stagedCellsPerThread; ++e)
+    {
+      m[e] = inside[e] ? fine.lookup.identityCells[key[e] & fine.lookup.mask] : -1;
+    }
+    return;
+  }
+  for (int e = 0; e < stagedCellsPerThread; ++e)
+  {
+    m[e] = int(stagedCellsPerThread * threadIdx.x) + e < r.stagedCells
+      ? cellNearAnchor(fine, tile, place[e][0] - r.reach, place[e][1] - r.reach, place[e][2] - r.reach)
+      : -1;
+  }
+}
+
 /// Each staged cell's range in global memory (hash lookups) and in shared memory (a block scan);
 /// returns the staged points' total.
 __device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, const TileAnchor& tile, StagedCells& cells,
   PlacementScratch& placement, std::uint16_t* cellOfPosition = nullptr, int positions = 0)
 {
   int* cellStart = placement.cellStart;
-  const int S = r.S, reach = r.reach;
-  const float inverseS = 1.0f / S;
-  int counts[2], offsets[2];
-  for (int e = 0; e < 2; ++e)
+  int m[stagedCellsPerThread];
+  findStagedCells(g.fine, r, tile, m);
+  int counts[stagedCellsPerThread], offsets[stagedCellsPerThread];
+  for (int e = 0; e < stagedCellsPerThread; ++e)
   {
-    const int k = 2 * threadIdx.x + e;
+    const int k = stagedCellsPerThread * threadIdx.x + e;
     int first = 0, count = 0;
+    if (m[e] >= 0)
+    {
+      first = g.fine.start[m[e]];
+      count = g.fine.start[m[e] + 1] - first;
+    }
     if (k < r.stagedCells)
     {
-      int x, y, z;
-      placeInCube(k, S, inverseS, x, y, z);
-      const int m = cellNearAnchor(g.fine, tile, x - reach, y - reach, z - reach);
-      if (m >= 0)
-      {
-        first = g.fine.start[m];
-        count = g.fine.start[m + 1] - first;
-      }
       cells.cellFirst[k] = first;
     }
     counts[e] = count;
@@ -1533,9 +1611,9 @@ __device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, cons
   int stagedTotal = 0;
   TileScan(placement.scan).ExclusiveSum(counts, offsets, stagedTotal);
   const int bins = 1 << r.xBinBits;
-  for (int e = 0; e < 2; ++e)
+  for (int e = 0; e < stagedCellsPerThread; ++e)
   {
-    const int k = 2 * threadIdx.x + e;
+    const int k = stagedCellsPerThread * threadIdx.x + e;
     if (k < r.stagedCells)
     {
       cellStart[k] = offsets[e];
@@ -1555,9 +1633,9 @@ __device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, cons
   if (cellOfPosition && stagedTotal <= positions)
   {
     // Each staged position's cell, for stagePointsFlat.
-    for (int e = 0; e < 2; ++e)
+    for (int e = 0; e < stagedCellsPerThread; ++e)
     {
-      const int k = 2 * threadIdx.x + e;
+      const int k = stagedCellsPerThread * threadIdx.x + e;
       for (int i = 0; i < counts[e]; ++i)
       {
         cellOfPosition[offsets[e] + i] = std::uint16_t(k);
@@ -1573,34 +1651,39 @@ __device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, cons
   return stagedTotal;
 }
 
-/// The tile's own cells (at most 64) in Morton order: one warp scans their counts into ownStart.
+/// The tile's own cells (at most 80) in Morton order (ownCellPlace): one warp scans their counts
+/// into ownStart.
 __device__ void placeOwnCells(const StagedRegion& r, StagedCells& cells)
 {
   if (threadIdx.x >= 32)
   {
     return;
   }
-  int own[2] = { 0, 0 };
-  for (int e = 0; e < 2; ++e)
+  int own[ownCellsPerLane];
+  int lanesOwn = 0;
+  for (int e = 0; e < ownCellsPerLane; ++e)
   {
-    const int m = 2 * threadIdx.x + e;
+    const int m = ownCellsPerLane * threadIdx.x + e;
+    own[e] = 0;
     if (m < r.ownCells)
     {
       int x, y, z;
-      ownCellPlace(m, x, y, z);
+      ownCellPlace(m, r.side, x, y, z);
       const int k = (x + r.reach) + r.S * ((y + r.reach) + r.S * (z + r.reach));
       own[e] = r.cellStart[k + 1] - r.cellStart[k];
     }
+    lanesOwn += own[e];
   }
   int total = 0;
-  const int exclusive = warpExclusiveSum(own[0] + own[1], threadIdx.x, total);
-  if (2 * threadIdx.x < r.ownCells)
+  int exclusive = warpExclusiveSum(lanesOwn, threadIdx.x, total);
+  for (int e = 0; e < ownCellsPerLane; ++e)
   {
-    cells.ownStart[2 * threadIdx.x] = exclusive;
-  }
-  if (2 * threadIdx.x + 1 < r.ownCells)
-  {
-    cells.ownStart[2 * threadIdx.x + 1] = exclusive + own[0];
+    const int m = ownCellsPerLane * threadIdx.x + e;
+    if (m < r.ownCells)
+    {
+      cells.ownStart[m] = exclusive;
+    }
+    exclusive += own[e];
   }
   if (threadIdx.x == 0)
   {
@@ -1622,7 +1705,7 @@ struct StagedWalk
   __device__ StagedWalk(const StagedRegion& r, int q)
   {
     k = lastAtMost(r.cellStart, r.stagedCells, q);
-    placeInCube(k, r.S, 1.0f / r.S, x, y, z);
+    placeInBox(k, r.S, 1.0f / r.S, x, y, z);
     begin = r.cellStart[k];
     next = r.cellStart[k + 1];
     toGlobal = r.cellFirst[k] - begin;
@@ -1789,7 +1872,7 @@ __device__ void stagePointsFlat(const TileSearch& g, const StagedRegion& r, int 
       if (q < end)
       {
         int x, y, z;
-        placeInCube(k, r.S, inverseS, x, y, z);
+        placeInBox(k, r.S, inverseS, x, y, z);
         stagedPoints[q] = staged(own[i], x, y, z);
         if (stagedIndex)
         {
@@ -1812,8 +1895,8 @@ __device__ StagedRegion regionOfBlock(const TileSearch& g, StagedCells& cells, P
   region.side = g.side;
   region.reach = g.reach;
   region.S = g.side + 2 * g.reach;
-  region.stagedCells = region.S * region.S * region.S;
-  region.ownCells = g.side * g.side * g.side;
+  region.stagedCells = region.S * region.S * (g.depth + 2 * g.reach);
+  region.ownCells = g.side * g.side * g.depth;
   region.cellFirst = cells.cellFirst;
   region.cellStart = placement.cellStart;
   region.binStart = cells.binStart;
@@ -1903,7 +1986,7 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
     cellOfPosition = nullptr;
   }
   const int stagedTotal = placeStagedCells(
-    g, region, tileAnchorOf(g.fine, item.leader, item.leaderKey, g.side), cells, placement, cellOfPosition, g.capacity);
+    g, region, tileAnchorOf(g.fine, item.leader, item.leaderKey, g.side, g.depth), cells, placement, cellOfPosition, g.capacity);
   placeOwnCells(region, cells);
   const bool fits = stagedTotal <= g.capacity;
   if (fits)
@@ -1914,7 +1997,7 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
   __syncthreads();
 
   const int ownTotal = cells.ownStart[region.ownCells];
-  const int per = chunkPointsFor(ownTotal, g.side, g.reach, g.capacity);
+  const int per = chunkPointsFor(ownTotal, g.side, g.depth, g.reach, g.capacity);
   const int chunkBegin = item.chunk * per, chunkEnd = min(ownTotal, chunkBegin + per);
   if (!fits)
   {
@@ -2043,13 +2126,7 @@ public:
     {
       side_ /= 2;
     }
-    const double expected = perCell * std::pow(side_ + 2 * reach_, 3);
-    // The mean points per occupied cell overstates a uniform cloud's (empty cells are not
-    // counted), so 5% and 96 points above it stage nearly every tile; a tile that does not fit
-    // reads from global memory. The margin is small so that four count or density blocks fit an
-    // SM (Nsight Compute on the 4M row: three blocks of mostly 5 busy warps left the SM idle a
-    // third of its cycles).
-    capacity_ = static_cast<int>(std::min<double>(maxCapacity, std::ceil((1.05 * expected + 96) / 32) * 32));
+    chooseDepthAndCapacity(*run.device, perCell, maxCapacity);
 
     search_ = TileSearch{};
     search_.fine = fine;
@@ -2058,13 +2135,14 @@ public:
     search_.hasImages = p.images > 0;
     search_.firstImage = static_cast<int>(p.count - p.images);
     search_.side = side_;
+    search_.depth = depth_;
     search_.reach = reach_;
     search_.capacity = capacity_;
     const double rho = p.radius / cellSize_;
     search_.cullLimit = static_cast<float>(rho * rho * (1.0 + 1e-4) + 1e-4);
     search_.xBinBits = cells_.xBinBits();
     search_.listBandFrom = listBandFrom(n);
-    search_.test = makePairTest(p.radius, cellSize_, double(side_ + 2 * reach_), run.input);
+    search_.test = makePairTest(p.radius, cellSize_, double(depth_ + 2 * reach_), run.input);
     listItems(run, n, layout);
   }
   double cellSize() const override { return cellSize_; }
@@ -2107,9 +2185,9 @@ private:
     std::int32_t* position = position_.ensure(std::size_t(cells) + 1, "the tiles' work item positions");
     NG_CUDA_CHECK(cudaMemsetAsync(ownPoints, 0, sizeof(std::int32_t) * (std::size_t(cells) + 1), run.stream),
       "each tile's own points");
-    addToTileLeaders<<<blocksFor(cells), 256, 0, run.stream>>>(search_.fine, side_, ownPoints);
+    addToTileLeaders<<<blocksFor(cells), 256, 0, run.stream>>>(search_.fine, side_, depth_, ownPoints);
     NG_CUDA_CHECK_LAUNCH("addToTileLeaders");
-    const TileChunks chunks{ ownPoints, side_, reach_, capacity_ };
+    const TileChunks chunks{ ownPoints, side_, depth_, reach_, capacity_ };
     const auto chunksOfCell = thrust::make_transform_iterator(thrust::counting_iterator<int>(0), chunks);
     exclusiveSum(chunksOfCell, position, cells + 1, scratch_, run.stream, "scanning the tiles' work items");
     TileItem* items = itemList_.ensure(bound, "tile work items");
@@ -2124,14 +2202,14 @@ private:
     items_ = static_cast<int>(bound);
   }
 
-  /// At most one tile per occupied cell, and at most the tiles of side_ cells that the grid's span
-  /// meets on each axis (a wide layout's span may be infinite: then the cells bound it).
+  /// At most one tile per occupied cell, and at most the tiles that the grid's span meets on each
+  /// axis (a wide layout's span may be infinite: then the cells bound it).
   std::int64_t tileBound(const KeyLayout& layout, int cells) const
   {
     double tiles = 1.0;
     for (int a = 0; a < 3; ++a)
     {
-      tiles *= std::floor(layout.span[a] / side_) + 2.0;
+      tiles *= std::floor(layout.span[a] / tileExtent(a, side_, depth_)) + 2.0;
     }
     return tiles < double(cells) ? static_cast<std::int64_t>(tiles) : std::int64_t(cells);
   }
@@ -2285,6 +2363,77 @@ private:
     kernel<<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
   }
 
+  /// The tiles' depth (depth_) and the staged points a block holds (capacity_), for tiles of
+  /// side_ cells along x and y.
+  /// - The capacity: the mean points per occupied cell overstates a uniform cloud's (empty cells
+  ///   are not counted), so 5% and 96 points above the region's mean stage nearly every tile; a
+  ///   tile that does not fit reads from global memory. Where that takes a few points more than
+  ///   four count or density blocks an SM leave, and a uniform cloud's region at three standard
+  ///   deviations above its mean fits, the capacity is what four blocks leave (Nsight Compute on
+  ///   the 4M row: three blocks of mostly 5 busy warps left the SM idle a third of its cycles).
+  /// - The depth: a block has 256 threads, and a cube of 4^3 cells holds 155 +- 12 points on the
+  ///   4M row, so about 100 threads idle while the block holds its share of the SM's shared
+  ///   memory and registers. A tile one cell deeper along z (side x side x (side + 1)) holds 190
+  ///   +- 14, and its region stages 9/8 of the cube's cells for 5/4 of its own points. Taken where
+  ///   a uniform cloud puts its points at four standard deviations above their mean within the
+  ///   block's threads, and its region at three within what the cube's blocks an SM leave. On the
+  ///   H200 against the cube (RESULTS.md, issue 22): the 4M rows' searches, count 1.279 -> 1.240
+  ///   ms, density 1.333 -> 1.247, Shepard-1 1.425 -> 1.354, Shepard-3 1.973 -> 1.857; 64M
+  ///   density 21.62 -> 20.06.
+  /// NEIGHBORGRID_TILES_DEPTH=cube|deeper (a benchmarking knob) takes one of the two depths, the
+  /// deeper one with what the cube's blocks leave.
+  void chooseDepthAndCapacity(const CudaDevice& device, double perOccupiedCell, int maxCapacity)
+  {
+    const char* knob = std::getenv("NEIGHBORGRID_TILES_DEPTH");
+    const std::string depth = knob ? knob : "";
+    if (knob && depth != "cube" && depth != "deeper")
+    {
+      throw Error("NeighborGrid: NEIGHBORGRID_TILES_DEPTH is '" + depth + "'; it takes 'cube' or 'deeper'");
+    }
+    const double lambda = uniformPointsPerCell(perOccupiedCell);
+    const auto atThreeDeviations = [](double mean) { return mean + 3.0 * std::sqrt(mean); };
+    const int S = side_ + 2 * reach_;
+    // Count's and density's shared memory a block (sharedBytes, wide rows), with a margin for the
+    // compiler's placement of the static part.
+    const int fixedBytes = alignedScratchBytes(int(sizeof(StagedCells))) + 64 + scratchAlignment + rowListBytes<false>();
+    const auto capacityAt = [&](int blocks) {
+      return std::min(maxCapacity,
+        (device.sharedMemoryPerSm / blocks - device.reservedSharedMemoryPerBlock - fixedBytes) / int(sizeof(Particle)) - 1);
+    };
+    const double expected = perOccupiedCell * S * S * S;
+    capacity_ = static_cast<int>(std::min<double>(maxCapacity, std::ceil((1.05 * expected + 96) / 32) * 32));
+    if (capacity_ > capacityAt(4) && atThreeDeviations(lambda * S * S * S) <= capacityAt(4))
+    {
+      capacity_ = capacityAt(4);
+    }
+    depth_ = side_;
+    const int blocks = device.sharedMemoryPerSm /
+      ((capacity_ + 1) * int(sizeof(Particle)) + fixedBytes + device.reservedSharedMemoryPerBlock);
+    if (depth == "cube" || side_ + 1 > maxTileDepth || blocks < 1)
+    {
+      return;
+    }
+    const double own = lambda * side_ * side_ * (side_ + 1), staged = lambda * S * S * (S + 1);
+    if (depth == "deeper" ||
+      (own + 4.0 * std::sqrt(own) <= tileThreads && atThreeDeviations(staged) <= capacityAt(blocks)))
+    {
+      depth_ = side_ + 1;
+      capacity_ = capacityAt(blocks);
+    }
+  }
+
+  /// The mean points per cell of a uniform (Poisson) cloud whose occupied cells hold
+  /// perOccupiedCell on average: lambda / (1 - exp(-lambda)) = perOccupiedCell.
+  static double uniformPointsPerCell(double perOccupiedCell)
+  {
+    double lambda = perOccupiedCell;
+    for (int i = 0; i < 100 && perOccupiedCell > 1.0; ++i)
+    {
+      lambda = perOccupiedCell * (1.0 - std::exp(-lambda));
+    }
+    return perOccupiedCell > 1.0 ? lambda : 0.0;
+  }
+
   /// Whether each point looks up its cells of R (points per occupied cell below
   /// sparsePointsPerCell). NEIGHBORGRID_TILES_STAGING=tiles|points (a benchmarking knob) takes
   /// one wherever the cells are of R.
@@ -2376,6 +2525,7 @@ private:
   bool byPoint_ = false;
   bool hugeCells_ = false;
   int side_ = maxTileSide;
+  int depth_ = maxTileSide;
   int capacity_ = 0;
   int items_ = 0; // the search's blocks: the work items, or a bound on them
   std::map<std::pair<const void*, std::size_t>, int> residentBlocks_;
