@@ -2126,7 +2126,7 @@ public:
     {
       side_ /= 2;
     }
-    chooseDepthAndCapacity(*run.device, perCell, maxCapacity);
+    chooseDepthAndCapacity(*run.device, uniformPointsPerCell(n, cells, layout), perCell, maxCapacity);
 
     search_ = TileSearch{};
     search_.fine = fine;
@@ -2367,22 +2367,23 @@ private:
   /// side_ cells along x and y.
   /// - The capacity: the mean points per occupied cell overstates a uniform cloud's (empty cells
   ///   are not counted), so 5% and 96 points above the region's mean stage nearly every tile; a
-  ///   tile that does not fit reads from global memory. Where that takes a few points more than
-  ///   four count or density blocks an SM leave, and a uniform cloud's region at three standard
-  ///   deviations above its mean fits, the capacity is what four blocks leave (Nsight Compute on
-  ///   the 4M row: three blocks of mostly 5 busy warps left the SM idle a third of its cycles).
+  ///   tile that does not fit reads from global memory. Where what one more count or density
+  ///   block an SM would leave still holds a uniform cloud's region at three standard deviations
+  ///   above its mean, the capacity is that (Nsight Compute on the 4M row: three blocks of mostly
+  ///   5 busy warps left the SM idle a third of its cycles; the 8M row of 160 neighbors took 5.30
+  ///   ms at three blocks, 6.13 at two).
   /// - The depth: a block has 256 threads, and a cube of 4^3 cells holds 155 +- 12 points on the
   ///   4M row, so about 100 threads idle while the block holds its share of the SM's shared
   ///   memory and registers. A tile one cell deeper along z (side x side x (side + 1)) holds 190
   ///   +- 14, and its region stages 9/8 of the cube's cells for 5/4 of its own points. Taken where
-  ///   a uniform cloud puts its points at four standard deviations above their mean within the
-  ///   block's threads, and its region at three within what the cube's blocks an SM leave. On the
-  ///   H200 against the cube (RESULTS.md, issue 22): the 4M rows' searches, count 1.279 -> 1.240
-  ///   ms, density 1.333 -> 1.247, Shepard-1 1.425 -> 1.354, Shepard-3 1.973 -> 1.857; 64M
-  ///   density 21.62 -> 20.06.
+  ///   a uniform cloud (uniformPointsPerCell: lambda) puts its points at four standard deviations
+  ///   above their mean within the block's threads, and its region at three within what the
+  ///   cube's blocks an SM leave. On the H200 against the cube (RESULTS.md, issue 22): the 4M
+  ///   rows' searches, count 1.279 -> 1.240 ms, density 1.333 -> 1.247, Shepard-1 1.425 ->
+  ///   1.354, Shepard-3 1.973 -> 1.857; 64M density 21.62 -> 20.06.
   /// NEIGHBORGRID_TILES_DEPTH=cube|deeper (a benchmarking knob) takes one of the two depths, the
   /// deeper one with what the cube's blocks leave.
-  void chooseDepthAndCapacity(const CudaDevice& device, double perOccupiedCell, int maxCapacity)
+  void chooseDepthAndCapacity(const CudaDevice& device, double lambda, double perOccupiedCell, int maxCapacity)
   {
     const char* knob = std::getenv("NEIGHBORGRID_TILES_DEPTH");
     const std::string depth = knob ? knob : "";
@@ -2390,7 +2391,6 @@ private:
     {
       throw Error("NeighborGrid: NEIGHBORGRID_TILES_DEPTH is '" + depth + "'; it takes 'cube' or 'deeper'");
     }
-    const double lambda = uniformPointsPerCell(perOccupiedCell);
     const auto atThreeDeviations = [](double mean) { return mean + 3.0 * std::sqrt(mean); };
     const int S = side_ + 2 * reach_;
     // Count's and density's shared memory a block (sharedBytes, wide rows), with a margin for the
@@ -2400,38 +2400,54 @@ private:
       return std::min(maxCapacity,
         (device.sharedMemoryPerSm / blocks - device.reservedSharedMemoryPerBlock - fixedBytes) / int(sizeof(Particle)) - 1);
     };
+    const auto blocksAt = [&](int capacity) {
+      return device.sharedMemoryPerSm / ((capacity + 1) * int(sizeof(Particle)) + fixedBytes + device.reservedSharedMemoryPerBlock);
+    };
     const double expected = perOccupiedCell * S * S * S;
     capacity_ = static_cast<int>(std::min<double>(maxCapacity, std::ceil((1.05 * expected + 96) / 32) * 32));
-    if (capacity_ > capacityAt(4) && atThreeDeviations(lambda * S * S * S) <= capacityAt(4))
+    if (lambda > 0.0 && atThreeDeviations(lambda * S * S * S) <= capacityAt(blocksAt(capacity_) + 1))
     {
-      capacity_ = capacityAt(4);
+      capacity_ = capacityAt(blocksAt(capacity_) + 1);
     }
     depth_ = side_;
-    const int blocks = device.sharedMemoryPerSm /
-      ((capacity_ + 1) * int(sizeof(Particle)) + fixedBytes + device.reservedSharedMemoryPerBlock);
+    const int blocks = blocksAt(capacity_);
     if (depth == "cube" || side_ + 1 > maxTileDepth || blocks < 1)
     {
       return;
     }
     const double own = lambda * side_ * side_ * (side_ + 1), staged = lambda * S * S * (S + 1);
     if (depth == "deeper" ||
-      (own + 4.0 * std::sqrt(own) <= tileThreads && atThreeDeviations(staged) <= capacityAt(blocks)))
+      (lambda > 0.0 && own + 4.0 * std::sqrt(own) <= tileThreads && atThreeDeviations(staged) <= capacityAt(blocks)))
     {
       depth_ = side_ + 1;
       capacity_ = capacityAt(blocks);
     }
   }
 
-  /// The mean points per cell of a uniform (Poisson) cloud whose occupied cells hold
-  /// perOccupiedCell on average: lambda / (1 - exp(-lambda)) = perOccupiedCell.
-  static double uniformPointsPerCell(double perOccupiedCell)
+  /// The mean points per cell where the data look uniform, 0 where they do not. A Poisson cloud of
+  /// mean lambda a cell holds lambda / (1 - exp(-lambda)) points per occupied cell; the data look
+  /// uniform where their occupied cells hold at most 5% more than that for the mean over their
+  /// bounds (clustered data hold far more). The mean is then the larger of that over the bounds
+  /// (cells cut by the bounds lower it a little) and the one that the points per occupied cell
+  /// give (a lattice of one point a cell gives none).
+  static double uniformPointsPerCell(std::int64_t n, int cells, const KeyLayout& layout)
   {
-    double lambda = perOccupiedCell;
-    for (int i = 0; i < 100 && perOccupiedCell > 1.0; ++i)
+    if (layout.mode == KeyMode::Wide || cells == 0 || n == 0)
     {
-      lambda = perOccupiedCell * (1.0 - std::exp(-lambda));
+      return 0.0;
     }
-    return perOccupiedCell > 1.0 ? lambda : 0.0;
+    const double boundsMean = double(n) / (layout.span[0] * layout.span[1] * layout.span[2]);
+    const double perOccupiedCell = double(n) / cells;
+    if (perOccupiedCell > 1.05 * boundsMean / -std::expm1(-boundsMean))
+    {
+      return 0.0;
+    }
+    double lambda = perOccupiedCell;
+    for (int i = 0; i < 100; ++i)
+    {
+      lambda = perOccupiedCell * -std::expm1(-lambda);
+    }
+    return std::max(boundsMean, lambda);
   }
 
   /// Whether each point looks up its cells of R (points per occupied cell below
