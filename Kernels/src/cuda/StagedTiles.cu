@@ -1546,24 +1546,8 @@ static_assert(int(sizeof(PlacementScratch)) <= rowListBytes<true>() && int(sizeo
     alignof(PlacementScratch) <= scratchAlignment,
   "the block's placement fits the search's scratch");
 
-/// A thread's staged cells, [first, first + count): the region's cells spread evenly over the
-/// block's threads in order (blocked, as the block scan takes them), at most stagedCellsPerThread:
-/// two each of a cube's 512 cells, two or three of a deeper tile's 576, one or none of 216. In
-/// blocks of stagedCellsPerThread each, the 216 cells of 6^3 took CLAWS's 8M rows of 20 neighbors
-/// 1.7% longer than two each (H200; RESULTS.md, issue 22).
-struct ThreadCells
-{
-  int first;
-  int count;
-};
-
-__device__ __forceinline__ ThreadCells threadCellsOf(const StagedRegion& r)
-{
-  const int first = int(threadIdx.x) * r.stagedCells / tileThreads;
-  return ThreadCells{ first, (int(threadIdx.x) + 1) * r.stagedCells / tileThreads - first };
-}
-
-/// The thread's staged cells (threadCellsOf) in `fine`, -1 where no point lies or beyond them. With an identity table each is one load, and a thread's
+/// The thread's staged cells (blocked: stagedCellsPerThread consecutive ones) in `fine`, -1 where
+/// no point lies or beyond the region. With an identity table each is one load, and a thread's
 /// loads issue before any is used: with three cells a thread instead of two (deeper tiles), one
 /// lookup after the other took count's 4M search 1.240 -> 1.250 ms, density's 1.247 -> 1.260,
 /// 64M 20.06 -> 20.30 (H200; RESULTS.md, issue 22).
@@ -1571,11 +1555,10 @@ __device__ __forceinline__ void findStagedCells(const CellTable& fine, const Sta
   int (&m)[stagedCellsPerThread])
 {
   const float inverseS = 1.0f / r.S;
-  const ThreadCells mine = threadCellsOf(r);
   int place[stagedCellsPerThread][3];
   for (int e = 0; e < stagedCellsPerThread; ++e)
   {
-    placeInBox(mine.first + e, r.S, inverseS, place[e][0], place[e][1], place[e][2]);
+    placeInBox(stagedCellsPerThread * threadIdx.x + e, r.S, inverseS, place[e][0], place[e][1], place[e][2]);
   }
   if (fine.layout.mode != KeyMode::Wide && fine.lookup.identityCells)
   {
@@ -1585,7 +1568,7 @@ __device__ __forceinline__ void findStagedCells(const CellTable& fine, const Sta
     {
       const std::int64_t offset[3] = { tile.offset[0] + place[e][0] - r.reach, tile.offset[1] + place[e][1] - r.reach,
         tile.offset[2] + place[e][2] - r.reach };
-      inside[e] = e < mine.count && fine.layout.bitsKeyOfOffsets(offset, key[e]);
+      inside[e] = int(stagedCellsPerThread * threadIdx.x) + e < r.stagedCells && fine.layout.bitsKeyOfOffsets(offset, key[e]);
     }
     for (int e = 0; e < stagedCellsPerThread; ++e)
     {
@@ -1595,7 +1578,8 @@ __device__ __forceinline__ void findStagedCells(const CellTable& fine, const Sta
   }
   for (int e = 0; e < stagedCellsPerThread; ++e)
   {
-    m[e] = e < mine.count ? cellNearAnchor(fine, tile, place[e][0] - r.reach, place[e][1] - r.reach, place[e][2] - r.reach)
+    m[e] = int(stagedCellsPerThread * threadIdx.x) + e < r.stagedCells
+      ? cellNearAnchor(fine, tile, place[e][0] - r.reach, place[e][1] - r.reach, place[e][2] - r.reach)
       : -1;
   }
 }
@@ -1608,19 +1592,19 @@ __device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, cons
   int* cellStart = placement.cellStart;
   int m[stagedCellsPerThread];
   findStagedCells(g.fine, r, tile, m);
-  const ThreadCells mine = threadCellsOf(r);
   int counts[stagedCellsPerThread], offsets[stagedCellsPerThread];
   for (int e = 0; e < stagedCellsPerThread; ++e)
   {
+    const int k = stagedCellsPerThread * threadIdx.x + e;
     int first = 0, count = 0;
     if (m[e] >= 0)
     {
       first = g.fine.start[m[e]];
       count = g.fine.start[m[e] + 1] - first;
     }
-    if (e < mine.count)
+    if (k < r.stagedCells)
     {
-      cells.cellFirst[mine.first + e] = first;
+      cells.cellFirst[k] = first;
     }
     counts[e] = count;
   }
@@ -1629,8 +1613,8 @@ __device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, cons
   const int bins = 1 << r.xBinBits;
   for (int e = 0; e < stagedCellsPerThread; ++e)
   {
-    const int k = mine.first + e;
-    if (e < mine.count)
+    const int k = stagedCellsPerThread * threadIdx.x + e;
+    if (k < r.stagedCells)
     {
       cellStart[k] = offsets[e];
       // Every bin but the first starts at the cell's end until stagePoints finds a point in it or
@@ -1651,7 +1635,7 @@ __device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, cons
     // Each staged position's cell, for stagePointsFlat.
     for (int e = 0; e < stagedCellsPerThread; ++e)
     {
-      const int k = mine.first + e;
+      const int k = stagedCellsPerThread * threadIdx.x + e;
       for (int i = 0; i < counts[e]; ++i)
       {
         cellOfPosition[offsets[e] + i] = std::uint16_t(k);
