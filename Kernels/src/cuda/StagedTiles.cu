@@ -2372,10 +2372,10 @@ private:
   ///   above its mean, the capacity is that (Nsight Compute on the 4M row: three blocks of mostly
   ///   5 busy warps left the SM idle a third of its cycles; the 8M row of 160 neighbors took 5.30
   ///   ms at three blocks, 6.13 at two).
-  /// - The depth: a block has 256 threads, and a cube of 4^3 cells holds 155 +- 12 points on the
-  ///   4M row, so about 100 threads idle while the block holds its share of the SM's shared
-  ///   memory and registers. A tile one cell deeper along z (side x side x (side + 1)) holds 190
-  ///   +- 14, and its region stages 9/8 of the cube's cells for 5/4 of its own points. Taken where
+  /// - The depth: a block has 256 threads, and a cube of 4^3 cells holds about 155 +- 12 points
+  ///   on the 4M row (Poisson estimates here), so about 100 threads idle while the block holds its
+  ///   share of the SM's shared memory and registers. A tile one cell deeper along z (side x side
+  ///   x (side + 1)) holds about 190 +- 14, and its region stages 9/8 of the cube's cells for 5/4 of its own points. Taken where
   ///   a uniform cloud (uniformPointsPerCell: lambda) puts its points at four standard deviations
   ///   above their mean within the block's threads, and its region at three within what the
   ///   cube's blocks an SM leave. On the H200 against the cube (RESULTS.md, issue 22): the 4M
