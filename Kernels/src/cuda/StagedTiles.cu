@@ -2378,9 +2378,9 @@ private:
   ///   x (side + 1)) holds about 190 +- 14, and its region stages 9/8 of the cube's cells for 5/4
   ///   of its own points. Taken where a uniform cloud (uniformPointsPerCell: lambda) puts its
   ///   points at four standard deviations above their mean within the block's threads, and its
-  ///   region at three within what the cube's blocks an SM leave. On the H200 against the cube (RESULTS.md, issue 22): the 4M
-  ///   rows' searches, count 1.279 -> 1.240 ms, density 1.333 -> 1.247, Shepard-1 1.425 ->
-  ///   1.354, Shepard-3 1.973 -> 1.857; 64M density 21.62 -> 20.06.
+  ///   region at three within what the cube's blocks an SM leave. On the H200 against the cube
+  ///   (RESULTS.md, issue 22): the 4M rows' searches, count 1.279 -> 1.240 ms, density 1.333 ->
+  ///   1.247, Shepard-1 1.425 -> 1.354, Shepard-3 1.973 -> 1.857; 64M density 21.62 -> 20.06.
   /// NEIGHBORGRID_TILES_DEPTH=cube|deeper (a benchmarking knob) takes one of the two depths, the
   /// deeper one with what the cube's blocks leave.
   void chooseDepthAndCapacity(const CudaDevice& device, double lambda, double perOccupiedCell, int maxCapacity)
