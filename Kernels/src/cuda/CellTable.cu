@@ -6,6 +6,7 @@
 #include <cub/device/device_select.cuh>
 #include <cuda/std/tuple>
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/tabulate_output_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
 #include <cstdlib>
@@ -161,6 +162,34 @@ __global__ void insertIdentityCells(Keys keys, const std::int32_t* __restrict__ 
   }
 }
 
+/// The selection of cell starts writing an identity table as it goes (selectStarts' output):
+/// cell k starts at position s, so start[k] = s and, but for the end (s = n), the slot of its key
+/// holds k (insertIdentityCells without its own pass over the cells); kept[k] = the key when the
+/// caller keeps them.
+template <class Keys>
+struct IdentityCellsAtStarts
+{
+  Keys keys;
+  std::int32_t* start = nullptr;
+  std::int32_t* identityCells = nullptr;
+  std::uint64_t* kept = nullptr;
+  int n = 0;
+
+  __device__ void operator()(std::ptrdiff_t k, int s) const
+  {
+    start[k] = s;
+    if (s < n)
+    {
+      const std::uint64_t key = keys[s];
+      identityCells[key] = static_cast<std::int32_t>(k);
+      if (kept)
+      {
+        kept[k] = key;
+      }
+    }
+  }
+};
+
 /// out[orderToInput[s]] = the cell holding position s (a binary search in the cell starts).
 __global__ void cellOfInputKernel(const std::int32_t* __restrict__ start, int cells,
   const std::int32_t* __restrict__ orderToInput, int n, std::int32_t* __restrict__ out)
@@ -222,10 +251,12 @@ template <class KeyT, class Decomposer>
 struct RadixBuild
 {
   /// Sorts keys/values (DoubleBuffers in place; the order ends in orderToInput) and queues
-  /// selectStarts.
+  /// selectStarts, which also fills the cleared identity table identityCells (and kept, when
+  /// given) where one is given.
   static void sortAndSelectStarts(CudaRun& run, cub::DoubleBuffer<KeyT>& keys, cub::DoubleBuffer<std::int32_t>& values,
     int bits, int xBinBits, std::int32_t* starts, int* runCount, int* runCountHost,
-    DeviceBuffer<unsigned char>& scratch, std::int32_t* orderToInput)
+    DeviceBuffer<unsigned char>& scratch, std::int32_t* orderToInput, std::int32_t* identityCells,
+    std::uint64_t* kept)
   {
     bits += xBinBits;
     const int n = static_cast<int>(run.count);
@@ -259,7 +290,17 @@ struct RadixBuild
                       cudaMemcpyDeviceToDevice, run.stream),
         "moving the sorted order");
     }
-    selectStarts(run, cellKeysOf(keys.Current(), xBinBits), starts, runCount, runCountHost, scratch);
+    const auto cellKeys = cellKeysOf(keys.Current(), xBinBits);
+    if constexpr (!std::is_same<KeyT, WideKey>::value)
+    {
+      if (identityCells)
+      {
+        const IdentityCellsAtStarts<decltype(cellKeys)> sink{ cellKeys, starts, identityCells, kept, n };
+        selectStarts(run, cellKeys, thrust::make_tabulate_output_iterator(sink), runCount, runCountHost, scratch);
+        return;
+      }
+    }
+    selectStarts(run, cellKeys, starts, runCount, runCountHost, scratch);
   }
 
   /// The sorted keys without their x bins: the cells' keys.
@@ -280,8 +321,8 @@ struct RadixBuild
   /// and, once the stream gets there, at runCountHost. One selection of the positions where the key
   /// changes: 20 us on the 4M row and 188 us on the 64M one (H200), where a run-length encoding
   /// and a scan of its counts took 31 and 283.
-  template <class Keys>
-  static void selectStarts(CudaRun& run, Keys keys, std::int32_t* starts, int* runCount, int* runCountHost,
+  template <class Keys, class Starts>
+  static void selectStarts(CudaRun& run, Keys keys, Starts starts, int* runCount, int* runCountHost,
     DeviceBuffer<unsigned char>& scratch)
   {
     const int n = static_cast<int>(run.count);
@@ -378,6 +419,21 @@ void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, b
   std::int32_t* first = valuesStartInOrder_ ? orderToInput : r.valuesA;
   std::int32_t* second = valuesStartInOrder_ ? r.valuesA : orderToInput;
   std::int32_t* start = start_.ensure(std::size_t(cellCapacity(n, layout)) + 1, "cell starts");
+  // An identity table is sized before the cells are counted, so the selection of the cell starts
+  // fills it as it goes (IdentityCellsAtStarts) instead of a pass of its own over the cells.
+  int log2Slots = 1;
+  bool identity = false;
+  sizeLookupBefore(n, layout, log2Slots, identity);
+  std::int32_t* identityCells = nullptr;
+  std::uint64_t* kept = nullptr;
+  if (identity && layout.mode != KeyMode::Wide)
+  {
+    const std::size_t slots = std::size_t(1) << log2Slots;
+    identityCells = identityCells_.ensure(slots, "cell lookup table");
+    NG_CUDA_CHECK(cudaMemsetAsync(identityCells, 0xff, slots * sizeof(std::int32_t), run.stream),
+      "clearing the cell lookup");
+    kept = keepKeys ? bitsKeys_.ensure(std::size_t(cellCapacity(n, layout)), "cell keys") : nullptr;
+  }
   withKeyType(layout.mode, [&](auto keyTag) {
     using KeyT = decltype(keyTag);
     // The inverse as particlesInOrder takes it, so that the bins come from the same frame coordinates.
@@ -388,12 +444,13 @@ void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, b
     cub::DoubleBuffer<std::int32_t> values(first, second);
     using Build = RadixBuild<KeyT, WideKeyDecomposer>;
     Build::sortAndSelectStarts(run, keys, values, layout.bits, xBinBits_, start, runCount_.get(), runCountHost_.get(),
-      scratch_, orderToInput);
+      scratch_, orderToInput, identityCells, kept);
     if (values.Current() != orderToInput)
     {
       valuesStartInOrder_ = !valuesStartInOrder_;
     }
-    finishTable(run, layout, cellSize, keepKeys, Build::cellKeysOf(keys.Current(), xBinBits_), keysDone);
+    finishTable(run, layout, cellSize, keepKeys, Build::cellKeysOf(keys.Current(), xBinBits_), keysDone,
+      identityCells != nullptr);
   });
 }
 
@@ -415,13 +472,13 @@ void RadixCells::buildGrouped(CudaRun& run, const KeyLayout& layout, double cell
     NG_CUDA_CHECK_LAUNCH("computeKeysOf");
     const KeyT* keys = static_cast<const KeyT*>(r.keysA);
     RadixBuild<KeyT, WideKeyDecomposer>::selectStarts(run, keys, start, runCount_.get(), runCountHost_.get(), scratch_);
-    finishTable(run, layout, cellSize, false, keys, {});
+    finishTable(run, layout, cellSize, false, keys, {}, false);
   });
 }
 
 template <class Keys>
 void RadixCells::finishTable(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, Keys keys,
-  const std::function<void()>& keysDone)
+  const std::function<void()>& keysDone, bool identityFilled)
 {
   countKnown_.record(run.stream);
   auto waitForCells = [&]() {
@@ -460,6 +517,11 @@ void RadixCells::finishTable(CudaRun& run, const KeyLayout& layout, double cellS
     insertUniqueKeys<<<blocksFor(most), 256, 0, run.stream>>>(keys, table_.start, starts, lookup, wide, kept);
     NG_CUDA_CHECK_LAUNCH("insertUniqueKeys");
     table_.wideKeys = kept;
+  }
+  else if (lookup.identity && identityFilled)
+  {
+    lookup.identityCells = identityCells_.get();
+    table_.bitsKeys = keepKeys ? bitsKeys_.get() : nullptr;
   }
   else if (lookup.identity)
   {

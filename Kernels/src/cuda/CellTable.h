@@ -161,9 +161,10 @@ private:
   Region ensureRegion(std::int64_t n, KeyMode mode);
   /// The table of the cells whose starts selectStarts queued (start_, runCount_): the lookup
   /// table of their keys (cell k's: keys[start[k]]), and the number of cells from the host.
+  /// identityFilled: the selection has filled the identity table (and the kept keys) already.
   template <class Keys>
   void finishTable(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, Keys keys,
-    const std::function<void()>& keysDone);
+    const std::function<void()>& keysDone, bool identityFilled);
   DeviceBuffer<unsigned char> region_;
   DeviceBuffer<std::int32_t> orderToInput_;
   DeviceBuffer<std::int32_t> start_;

@@ -92,8 +92,10 @@ constexpr int ownCellsPerLane = (maxOwnCells + 31) / 32;                        
 
 /// A work item of the search: a tile, by its leader (its first occupied cell, and for Bits keys
 /// that cell's key, so that a block finds its tile without waiting for a read of the key), and a
-/// chunk of the tile's own points. With the key in the item, on the 4M rows on the H200: count's
-/// search 1.273 -> 1.269 ms, density's 1.337 -> 1.332, 64M 21.68 -> 21.61 (RESULTS.md, issue 22).
+/// chunk of the tile's own points. Tiles listed on their grid (TileGrid) have no leader (-1): the
+/// key of one of their cells finds them. With the key in the item, on the 4M rows on the H200:
+/// count's search 1.273 -> 1.269 ms, density's 1.337 -> 1.332, 64M 21.68 -> 21.61 (RESULTS.md,
+/// issue 22).
 struct TileItem
 {
   std::uint64_t leaderKey;
@@ -228,12 +230,36 @@ __device__ __forceinline__ void placeInBox(int m, int S, float inverseS, int& x,
   x = m - row * S;
 }
 
-/// The leader of occupied fine cell k's tile: the tile's first occupied cell in row-major order,
-/// k itself where none comes before it. Where the data are dense the tile's first cell is
-/// occupied, and this takes one lookup.
-__device__ int tileLeaderOf(const CellTable& fine, int k, int side, int depth)
+/// The occupied fine cells with their keys (Bits keys): from the kept keys, or from the slots of
+/// an identity table where the keys are not kept (a slot is its key and holds its cell, or -1).
+struct OccupiedCells
 {
-  const TileAnchor tile = tileAnchorOf(fine, k, fine.layout.mode != KeyMode::Wide ? fine.bitsKeyOf(k) : 0, side, depth);
+  CellTable fine;
+  bool bySlot = false;
+
+  __host__ __device__ std::int64_t count() const { return bySlot ? std::int64_t(fine.lookup.mask) + 1 : fine.cells; }
+  /// The cell of entry i < count(), or -1 where it holds none.
+  __device__ int cellAt(std::int64_t i) const
+  {
+    return bySlot ? fine.lookup.identityCells[i] : static_cast<int>(i);
+  }
+  /// The key of cell k at entry i (Bits keys; 0 for Wide keys).
+  __device__ std::uint64_t keyAt(std::int64_t i, int k) const
+  {
+    if (bySlot)
+    {
+      return static_cast<std::uint64_t>(i);
+    }
+    return fine.layout.mode != KeyMode::Wide ? fine.bitsKeyOf(k) : 0;
+  }
+};
+
+/// The leader of occupied fine cell k (its key: Bits keys) in its tile: the tile's first occupied
+/// cell in row-major order, k itself where none comes before it. Where the data are dense the
+/// tile's first cell is occupied, and this takes one lookup.
+__device__ int tileLeaderOf(const CellTable& fine, int k, std::uint64_t key, int side, int depth)
+{
+  const TileAnchor tile = tileAnchorOf(fine, k, key, side, depth);
   const int mine = tile.place[0] + side * (tile.place[1] + side * tile.place[2]);
   const float inverseSide = 1.0f / side;
   for (int m = 0; m < mine; ++m)
@@ -249,14 +275,102 @@ __device__ int tileLeaderOf(const CellTable& fine, int k, int side, int depth)
   return k;
 }
 
-/// ownPoints[leader of k's tile] += the points of occupied fine cell k, over a cleared ownPoints:
-/// each tile's own points then sit at its leader, and every other cell holds zero.
-__global__ void addToTileLeaders(CellTable fine, int side, int depth, std::int32_t* __restrict__ ownPoints)
+/// ownPoints[leader of k's tile] += the points of each occupied fine cell k, over a cleared
+/// ownPoints: each tile's own points then sit at its leader, and every other cell holds zero.
+__global__ void addToTileLeaders(OccupiedCells occupied, int side, int depth, std::int32_t* __restrict__ ownPoints)
 {
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < fine.cells)
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int k = i < occupied.count() ? occupied.cellAt(i) : -1;
+  if (k >= 0)
   {
-    atomicAdd(&ownPoints[tileLeaderOf(fine, k, side, depth)], fine.start[k + 1] - fine.start[k]);
+    const CellTable& fine = occupied.fine;
+    const int leader = tileLeaderOf(fine, k, occupied.keyAt(i, k), side, depth);
+    atomicAdd(&ownPoints[leader], fine.start[k + 1] - fine.start[k]);
+  }
+}
+
+/// The tiles of a Bits layout as a grid: tiles of side x side x depth cells anchored at multiples
+/// of their extent (tileOf), numbered x fastest from the tile of the lowest cells. Where the grid
+/// holds no more tiles than there are occupied cells (dense data), each tile's own points are
+/// counted by its number instead of at its leader cell: no lookup a cell, and the scan and the
+/// listing of the items run over the tiles, not the cells.
+struct TileGrid
+{
+  std::int64_t lowest[3] = { 0, 0, 0 }; // the layout's lowest cells
+  std::int64_t first[3] = { 0, 0, 0 };  // the tile of the lowest cells along each axis
+  int extent[3] = { 1, 1, 1 };
+  std::int64_t count[3] = { 1, 1, 1 }; // tiles along each axis
+
+  static __host__ __device__ std::int64_t floorDivide(std::int64_t c, int extent)
+  {
+    const std::int64_t q = c / extent;
+    return q * extent > c ? q - 1 : q;
+  }
+  /// Bits layouts only (their cells are integers below 2^53, none huge).
+  static TileGrid of(const KeyLayout& layout, int side, int depth)
+  {
+    TileGrid g;
+    for (int a = 0; a < 3; ++a)
+    {
+      g.extent[a] = tileExtent(a, side, depth);
+      g.lowest[a] = static_cast<std::int64_t>(layout.lowest[a]);
+      g.first[a] = floorDivide(g.lowest[a], g.extent[a]);
+      const std::int64_t last = g.lowest[a] + static_cast<std::int64_t>(layout.span[a]) - 1;
+      g.count[a] = floorDivide(last, g.extent[a]) - g.first[a] + 1;
+    }
+    return g;
+  }
+  __host__ __device__ double tiles() const { return double(count[0]) * double(count[1]) * double(count[2]); }
+  /// The offsets of tile t's lowest cell from the layout's lowest cells (negative where the tile
+  /// begins below them).
+  __device__ void anchorOfTile(int t, std::int64_t o[3]) const
+  {
+    std::int64_t rest = t;
+    for (int a = 0; a < 3; ++a)
+    {
+      o[a] = (first[a] + rest % count[a]) * extent[a] - lowest[a];
+      rest /= count[a];
+    }
+  }
+  /// The offsets of a cell of tile t that lies in the layout: its lowest cell, moved up to the
+  /// layout's lowest cells where the tile begins below them. Its tile is t (tileAnchorOf).
+  __device__ void cellOfTile(int t, std::int64_t o[3]) const
+  {
+    anchorOfTile(t, o);
+    for (int a = 0; a < 3; ++a)
+    {
+      o[a] = max(std::int64_t(0), o[a]);
+    }
+  }
+};
+
+/// ownPoints[t] = the own points of grid tile t, a warp a tile: a lookup a cell of the tile, no
+/// atomics.
+__global__ void countGridTiles(CellTable fine, TileGrid grid, int tiles, std::int32_t* __restrict__ ownPoints)
+{
+  const std::int64_t t = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (t >= tiles) // whole warps: blocks of whole warps
+  {
+    return;
+  }
+  std::int64_t anchor[3];
+  grid.anchorOfTile(static_cast<int>(t), anchor);
+  const int side = grid.extent[0], cellsOfTile = side * side * grid.extent[2];
+  int own = 0;
+  for (int m = threadIdx.x % 32; m < cellsOfTile; m += 32)
+  {
+    const int row = m / side;
+    const std::int64_t offset[3] = { anchor[0] + m % side, anchor[1] + row % side, anchor[2] + row / side };
+    const int k = fine.findAtOffsets(offset);
+    if (k >= 0)
+    {
+      own += fine.start[k + 1] - fine.start[k];
+    }
+  }
+  own = __reduce_add_sync(0xffffffffu, own);
+  if (threadIdx.x % 32 == 0)
+  {
+    ownPoints[t] = own;
   }
 }
 
@@ -273,10 +387,11 @@ __host__ __device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, i
   return fits ? 4 * tileThreads : tileThreads;
 }
 
-/// The work items of the tile that cell k leads (chunkPointsFor), none where k leads no tile.
+/// The work items of the tile counted at entry k, a grid tile or a leader cell (chunkPointsFor);
+/// none where no tile's points are counted there.
 struct TileChunks
 {
-  const std::int32_t* ownPoints = nullptr; // addToTileLeaders'
+  const std::int32_t* ownPoints = nullptr; // countGridTiles' or addToTileLeaders'
   int side = 1, depth = 1, reach = 1, capacity = 0;
 
   __host__ __device__ int operator()(int k) const
@@ -291,19 +406,46 @@ struct TileChunks
   }
 };
 
-/// The work items of the tile that cell k leads, from position[k] on (an exclusive sum of
-/// TileChunks): in the cells' key order, so that the blocks resident together stage neighboring
-/// regions and the L2 serves a staged point to the blocks that share it.
-__global__ void writeTileItems(CellTable fine, const std::int32_t* __restrict__ position, TileItem* __restrict__ items)
+/// The work items of the tile that each occupied cell k leads, from position[k] on (an exclusive
+/// sum of TileChunks): in the cells' key order, so that the blocks resident together stage
+/// neighboring regions and the L2 serves a staged point to the blocks that share it.
+__global__ void writeTileItems(OccupiedCells occupied, const std::int32_t* __restrict__ position,
+  TileItem* __restrict__ items)
 {
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < fine.cells)
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int k = i < occupied.count() ? occupied.cellAt(i) : -1;
+  if (k >= 0)
   {
     const int first = position[k], count = position[k + 1] - first;
-    const std::uint64_t key = count > 0 && fine.layout.mode != KeyMode::Wide ? fine.bitsKeyOf(k) : 0;
+    const std::uint64_t key = count > 0 ? occupied.keyAt(i, k) : 0;
     for (int c = 0; c < count; ++c)
     {
       items[first + c] = TileItem{ key, k, c };
+    }
+  }
+}
+
+/// The work items of grid tile t from position[t] on (an exclusive sum of TileChunks over the
+/// grid's tiles), in the tiles' order: the leader cell order of dense data. The item's key is that
+/// of a cell of the tile (TileGrid::cellOfTile), from which the search finds the tile as from its
+/// leader's (tileAnchorOf); Bits keys need no leader.
+__global__ void writeGridTileItems(CellTable fine, TileGrid grid, int tiles, const std::int32_t* __restrict__ position,
+  TileItem* __restrict__ items)
+{
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < tiles)
+  {
+    const int first = position[t], count = position[t + 1] - first;
+    if (count > 0)
+    {
+      std::int64_t offset[3];
+      grid.cellOfTile(t, offset);
+      std::uint64_t key = 0;
+      fine.layout.bitsKeyOfOffsets(offset, key);
+      for (int c = 0; c < count; ++c)
+      {
+        items[first + c] = TileItem{ key, -1, c };
+      }
     }
   }
 }
@@ -2080,7 +2222,8 @@ public:
     const std::int64_t cells = cellCapacity(run.count, layout);
     // Each tile's own points at its leader and the items' positions: two words per occupied cell;
     // work items: one per tile and one per 256 points.
-    return RadixCells::plannedBytes(run.count, layout, true) + 8 * (cells + 1) +
+    const bool keepKeys = layout.mode == KeyMode::Wide || !RadixCells::looksUpByIdentity(run.count, layout);
+    return RadixCells::plannedBytes(run.count, layout, keepKeys) + 8 * (cells + 1) +
       std::int64_t(sizeof(TileItem)) * (cells + run.count / tileThreads + 2) + (std::int64_t(8) << 20);
   }
 
@@ -2092,8 +2235,11 @@ public:
     cellSize_ = cellSizeFor(p.radius, reach_);
     hugeCells_ = reachesHugeCells(p, cellSize_);
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSize_);
+    // An identity table gives the tile listing each occupied cell's key by its slot, so the keys
+    // need not be kept: 8 bytes less for each cell the table has room for (8 a point at 64M).
+    keysByTable_ = layout.mode != KeyMode::Wide && RadixCells::looksUpByIdentity(n, layout);
     // The gather of the particles runs while the host waits for the count of cells.
-    cells_.build(run, layout, cellSize_, true, xBinBitsWanted(), [&]() {
+    cells_.build(run, layout, cellSize_, !keysByTable_, xBinBitsWanted(), [&]() {
       particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(
         run.input, cells_.orderToInput(), n, cellSize_, 1.0 / cellSize_, cells_.particleRegion());
       NG_CUDA_CHECK_LAUNCH("particlesInOrder");
@@ -2181,20 +2327,45 @@ private:
       throw Error("NeighborGrid: Staged Tiles would need " + std::to_string(bound) +
         " work items, more than a CUDA grid holds; split the points into slabs");
     }
-    std::int32_t* ownPoints = ownPoints_.ensure(std::size_t(cells) + 1, "each tile's own points");
-    std::int32_t* position = position_.ensure(std::size_t(cells) + 1, "the tiles' work item positions");
-    NG_CUDA_CHECK(cudaMemsetAsync(ownPoints, 0, sizeof(std::int32_t) * (std::size_t(cells) + 1), run.stream),
-      "each tile's own points");
-    addToTileLeaders<<<blocksFor(cells), 256, 0, run.stream>>>(search_.fine, side_, depth_, ownPoints);
-    NG_CUDA_CHECK_LAUNCH("addToTileLeaders");
+    // Each tile's own points by its number on the grid of tiles (identity tables, where that grid
+    // is no larger than the occupied cells), else at its leader cell. On the H200, with the cell
+    // starts' selection filling the table (RadixCells::build) and no kept keys: the 4M sort stage
+    // 0.373-0.378 -> 0.355-0.357 ms, the 64M one 5.58-5.59 -> 5.09 (RESULTS.md, issue 22).
+    const TileGrid grid = keysByTable_ ? TileGrid::of(layout, side_, depth_) : TileGrid{};
+    const bool onGrid = keysByTable_ && grid.tiles() <= double(cells);
+    const int entries = onGrid ? static_cast<int>(grid.tiles()) : cells;
+    std::int32_t* ownPoints = ownPoints_.ensure(std::size_t(entries) + 1, "each tile's own points");
+    std::int32_t* position = position_.ensure(std::size_t(entries) + 1, "the tiles' work item positions");
+    const OccupiedCells occupied{ search_.fine, keysByTable_ };
+    if (onGrid)
+    {
+      NG_CUDA_CHECK(cudaMemsetAsync(ownPoints + entries, 0, sizeof(std::int32_t), run.stream), "each tile's own points");
+      countGridTiles<<<blocksFor(std::int64_t(entries) * 32), 256, 0, run.stream>>>(search_.fine, grid, entries, ownPoints);
+      NG_CUDA_CHECK_LAUNCH("countGridTiles");
+    }
+    else
+    {
+      NG_CUDA_CHECK(cudaMemsetAsync(ownPoints, 0, sizeof(std::int32_t) * (std::size_t(entries) + 1), run.stream),
+        "each tile's own points");
+      addToTileLeaders<<<blocksFor(occupied.count()), 256, 0, run.stream>>>(occupied, side_, depth_, ownPoints);
+      NG_CUDA_CHECK_LAUNCH("addToTileLeaders");
+    }
     const TileChunks chunks{ ownPoints, side_, depth_, reach_, capacity_ };
-    const auto chunksOfCell = thrust::make_transform_iterator(thrust::counting_iterator<int>(0), chunks);
-    exclusiveSum(chunksOfCell, position, cells + 1, scratch_, run.stream, "scanning the tiles' work items");
+    const auto chunksOfEntry = thrust::make_transform_iterator(thrust::counting_iterator<int>(0), chunks);
+    exclusiveSum(chunksOfEntry, position, entries + 1, scratch_, run.stream, "scanning the tiles' work items");
     TileItem* items = itemList_.ensure(bound, "tile work items");
-    writeTileItems<<<blocksFor(cells), 256, 0, run.stream>>>(search_.fine, position, items);
-    NG_CUDA_CHECK_LAUNCH("writeTileItems");
+    if (onGrid)
+    {
+      writeGridTileItems<<<blocksFor(entries), 256, 0, run.stream>>>(search_.fine, grid, entries, position, items);
+      NG_CUDA_CHECK_LAUNCH("writeGridTileItems");
+    }
+    else
+    {
+      writeTileItems<<<blocksFor(occupied.count()), 256, 0, run.stream>>>(occupied, position, items);
+      NG_CUDA_CHECK_LAUNCH("writeTileItems");
+    }
     search_.items = items;
-    search_.itemCount = position + cells;
+    search_.itemCount = position + entries;
     // The search launches a block per item of the bound; those beyond the count return at once.
     // Without the two host waits for the tile and item counts the 4M sort stage took 20-40 us
     // less on the H200; a grid of resident blocks that took items from a counter instead made
@@ -2540,6 +2711,7 @@ private:
   int reach_ = maxReach;
   bool byPoint_ = false;
   bool hugeCells_ = false;
+  bool keysByTable_ = false; // an identity table without kept keys (OccupiedCells)
   int side_ = maxTileSide;
   int depth_ = maxTileSide;
   int capacity_ = 0;
