@@ -345,7 +345,8 @@ struct TileGrid
 };
 
 /// ownPoints[t] = the own points of grid tile t, a warp a tile: a lookup a cell of the tile, no
-/// atomics.
+/// atomics. A lane's lookups are all issued before their cells' starts are read, so that the warp
+/// waits on two reads in a row, not six (the 4M rows on the H200: 17.7-18.0 -> 16.0-16.3 us).
 __global__ void countGridTiles(CellTable fine, TileGrid grid, int tiles, std::int32_t* __restrict__ ownPoints)
 {
   const std::int64_t t = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -356,16 +357,17 @@ __global__ void countGridTiles(CellTable fine, TileGrid grid, int tiles, std::in
   std::int64_t anchor[3];
   grid.anchorOfTile(static_cast<int>(t), anchor);
   const int side = grid.extent[0], cellsOfTile = side * side * grid.extent[2];
-  int own = 0;
-  for (int m = threadIdx.x % 32; m < cellsOfTile; m += 32)
+  int k[ownCellsPerLane];
+  for (int e = 0; e < ownCellsPerLane; ++e)
   {
-    const int row = m / side;
+    const int m = threadIdx.x % 32 + 32 * e, row = m / side;
     const std::int64_t offset[3] = { anchor[0] + m % side, anchor[1] + row % side, anchor[2] + row / side };
-    const int k = fine.findAtOffsets(offset);
-    if (k >= 0)
-    {
-      own += fine.start[k + 1] - fine.start[k];
-    }
+    k[e] = m < cellsOfTile ? fine.findAtOffsets(offset) : -1;
+  }
+  int own = 0;
+  for (int e = 0; e < ownCellsPerLane; ++e)
+  {
+    own += k[e] >= 0 ? fine.start[k[e] + 1] - fine.start[k[e]] : 0;
   }
   own = __reduce_add_sync(0xffffffffu, own);
   if (threadIdx.x % 32 == 0)
