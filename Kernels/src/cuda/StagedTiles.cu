@@ -357,11 +357,14 @@ __global__ void countGridTiles(CellTable fine, TileGrid grid, int tiles, std::in
   std::int64_t anchor[3];
   grid.anchorOfTile(static_cast<int>(t), anchor);
   const int side = grid.extent[0], cellsOfTile = side * side * grid.extent[2];
+  const float inverseSide = 1.0f / side;
   int k[ownCellsPerLane];
   for (int e = 0; e < ownCellsPerLane; ++e)
   {
-    const int m = threadIdx.x % 32 + 32 * e, row = m / side;
-    const std::int64_t offset[3] = { anchor[0] + m % side, anchor[1] + row % side, anchor[2] + row / side };
+    const int m = threadIdx.x % 32 + 32 * e;
+    int x, y, z;
+    placeInBox(m, side, inverseSide, x, y, z);
+    const std::int64_t offset[3] = { anchor[0] + x, anchor[1] + y, anchor[2] + z };
     k[e] = m < cellsOfTile ? fine.findAtOffsets(offset) : -1;
   }
   int own = 0;
@@ -2217,6 +2220,13 @@ public:
   }
   Method id() const override { return Method::StagedTiles; }
 
+  /// Whether the cells' keys are read from the slots of an identity table instead of being kept
+  /// (OccupiedCells): 8 bytes less for each cell the table has room for (8 a point at 64M).
+  static bool keysInTable(std::int64_t n, const KeyLayout& layout)
+  {
+    return layout.mode != KeyMode::Wide && RadixCells::looksUpByIdentity(n, layout);
+  }
+
   std::int64_t plannedBytes(const CudaRun& run) const override
   {
     const Problem& p = *run.problem;
@@ -2224,8 +2234,7 @@ public:
     const std::int64_t cells = cellCapacity(run.count, layout);
     // Each tile's own points at its leader and the items' positions: two words per occupied cell;
     // work items: one per tile and one per 256 points.
-    const bool keepKeys = layout.mode == KeyMode::Wide || !RadixCells::looksUpByIdentity(run.count, layout);
-    return RadixCells::plannedBytes(run.count, layout, keepKeys) + 8 * (cells + 1) +
+    return RadixCells::plannedBytes(run.count, layout, !keysInTable(run.count, layout)) + 8 * (cells + 1) +
       std::int64_t(sizeof(TileItem)) * (cells + run.count / tileThreads + 2) + (std::int64_t(8) << 20);
   }
 
@@ -2237,9 +2246,7 @@ public:
     cellSize_ = cellSizeFor(p.radius, reach_);
     hugeCells_ = reachesHugeCells(p, cellSize_);
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSize_);
-    // An identity table gives the tile listing each occupied cell's key by its slot, so the keys
-    // need not be kept: 8 bytes less for each cell the table has room for (8 a point at 64M).
-    keysByTable_ = layout.mode != KeyMode::Wide && RadixCells::looksUpByIdentity(n, layout);
+    keysByTable_ = keysInTable(n, layout);
     // The gather of the particles runs while the host waits for the count of cells.
     cells_.build(run, layout, cellSize_, !keysByTable_, xBinBitsWanted(), [&]() {
       particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(
