@@ -118,7 +118,7 @@ struct StartsCell
 };
 
 /// Cell k (its key: keys[start[k]]) into the hashed lookup table (slots claimed by their cell
-/// field; identity tables: insertIdentityCells); kept[k] = its key when the caller keeps them.
+/// field; identity tables: IdentityCellsAtStarts); kept[k] = its key when the caller keeps them.
 /// Slot: BitsSlot (Bits keys) or WideSlot.
 template <class Keys, class Slot, class KeptT>
 __global__ void insertUniqueKeys(Keys keys, const std::int32_t* __restrict__ start, const int* __restrict__ starts,
@@ -144,28 +144,9 @@ __global__ void insertUniqueKeys(Keys keys, const std::int32_t* __restrict__ sta
   }
 }
 
-/// identityCells[key of cell k] = k for every cell (keys[start[k]]: RadixCells' identity tables,
-/// CellLookup::identityCells); kept[k] = the key when the caller keeps them.
-template <class Keys>
-__global__ void insertIdentityCells(Keys keys, const std::int32_t* __restrict__ start, const int* __restrict__ starts,
-  std::int32_t* __restrict__ identityCells, std::uint64_t* __restrict__ kept)
-{
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < *starts - 1) // the cells: one start each, and the end
-  {
-    const std::uint64_t key = keys[start[k]];
-    identityCells[key] = k;
-    if (kept)
-    {
-      kept[k] = key;
-    }
-  }
-}
-
 /// The selection of cell starts writing an identity table as it goes (selectStarts' output):
 /// cell k starts at position s, so start[k] = s and, but for the end (s = n), the slot of its key
-/// holds k (insertIdentityCells without its own pass over the cells); kept[k] = the key when the
-/// caller keeps them.
+/// holds k (no pass of its own over the cells); kept[k] = the key when the caller keeps them.
 template <class Keys>
 struct IdentityCellsAtStarts
 {
@@ -290,12 +271,22 @@ struct RadixBuild
                       cudaMemcpyDeviceToDevice, run.stream),
         "moving the sorted order");
     }
-    const auto cellKeys = cellKeysOf(keys.Current(), xBinBits);
+    selectStartsFilling(
+      run, cellKeysOf(keys.Current(), xBinBits), starts, runCount, runCountHost, scratch, identityCells, kept);
+  }
+
+  /// Queues selectStarts over the cells' keys; where identityCells is given (Bits keys, a cleared
+  /// identity table: RadixCells::clearedIdentityTable) the selection fills it, and kept, as it
+  /// finds each start (IdentityCellsAtStarts).
+  template <class Keys>
+  static void selectStartsFilling(CudaRun& run, Keys cellKeys, std::int32_t* starts, int* runCount, int* runCountHost,
+    DeviceBuffer<unsigned char>& scratch, std::int32_t* identityCells, std::uint64_t* kept)
+  {
     if constexpr (!std::is_same<KeyT, WideKey>::value)
     {
       if (identityCells)
       {
-        const IdentityCellsAtStarts<decltype(cellKeys)> sink{ cellKeys, starts, identityCells, kept, n };
+        const IdentityCellsAtStarts<Keys> sink{ cellKeys, starts, identityCells, kept, static_cast<int>(run.count) };
         selectStarts(run, cellKeys, thrust::make_tabulate_output_iterator(sink), runCount, runCountHost, scratch);
         return;
       }
@@ -406,6 +397,24 @@ int RadixCells::xBinBitsFor(const KeyLayout& layout, int wanted)
   return std::max(0, std::min({ wanted, maxXBinBits, keyBits - layout.bits }));
 }
 
+std::int32_t* RadixCells::clearedIdentityTable(CudaRun& run, const KeyLayout& layout, bool keepKeys, std::uint64_t*& kept)
+{
+  kept = nullptr;
+  int log2Slots = 1;
+  bool identity = false;
+  sizeLookupBefore(run.count, layout, log2Slots, identity);
+  if (!identity) // Wide keys never have one (sizeLookup)
+  {
+    return nullptr;
+  }
+  const std::size_t slots = std::size_t(1) << log2Slots;
+  std::int32_t* identityCells = identityCells_.ensure(slots, "cell lookup table");
+  NG_CUDA_CHECK(cudaMemsetAsync(identityCells, 0xff, slots * sizeof(std::int32_t), run.stream),
+    "clearing the cell lookup");
+  kept = keepKeys ? bitsKeys_.ensure(std::size_t(cellCapacity(run.count, layout)), "cell keys") : nullptr;
+  return identityCells;
+}
+
 void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int xBinBits,
   const std::function<void()>& keysDone)
 {
@@ -419,21 +428,8 @@ void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, b
   std::int32_t* first = valuesStartInOrder_ ? orderToInput : r.valuesA;
   std::int32_t* second = valuesStartInOrder_ ? r.valuesA : orderToInput;
   std::int32_t* start = start_.ensure(std::size_t(cellCapacity(n, layout)) + 1, "cell starts");
-  // An identity table is sized before the cells are counted, so the selection of the cell starts
-  // fills it as it goes (IdentityCellsAtStarts) instead of a pass of its own over the cells.
-  int log2Slots = 1;
-  bool identity = false;
-  sizeLookupBefore(n, layout, log2Slots, identity);
-  std::int32_t* identityCells = nullptr;
   std::uint64_t* kept = nullptr;
-  if (identity && layout.mode != KeyMode::Wide)
-  {
-    const std::size_t slots = std::size_t(1) << log2Slots;
-    identityCells = identityCells_.ensure(slots, "cell lookup table");
-    NG_CUDA_CHECK(cudaMemsetAsync(identityCells, 0xff, slots * sizeof(std::int32_t), run.stream),
-      "clearing the cell lookup");
-    kept = keepKeys ? bitsKeys_.ensure(std::size_t(cellCapacity(n, layout)), "cell keys") : nullptr;
-  }
+  std::int32_t* identityCells = clearedIdentityTable(run, layout, keepKeys, kept);
   withKeyType(layout.mode, [&](auto keyTag) {
     using KeyT = decltype(keyTag);
     // The inverse as particlesInOrder takes it, so that the bins come from the same frame coordinates.
@@ -449,8 +445,7 @@ void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, b
     {
       valuesStartInOrder_ = !valuesStartInOrder_;
     }
-    finishTable(run, layout, cellSize, keepKeys, Build::cellKeysOf(keys.Current(), xBinBits_), keysDone,
-      identityCells != nullptr);
+    finishTable(run, layout, cellSize, keepKeys, Build::cellKeysOf(keys.Current(), xBinBits_), keysDone);
   });
 }
 
@@ -465,20 +460,23 @@ void RadixCells::buildGrouped(CudaRun& run, const KeyLayout& layout, double cell
     "taking the grouped order");
   xBinBits_ = 0;
   std::int32_t* start = start_.ensure(std::size_t(cellCapacity(n, layout)) + 1, "cell starts");
+  std::uint64_t* kept = nullptr;
+  std::int32_t* identityCells = clearedIdentityTable(run, layout, false, kept);
   withKeyType(layout.mode, [&](auto keyTag) {
     using KeyT = decltype(keyTag);
     computeKeysOf<KeyT><<<blocksFor(n), 256, 0, run.stream>>>(
       inGroupedOrder, static_cast<int>(n), cellSize, layout, static_cast<KeyT*>(r.keysA));
     NG_CUDA_CHECK_LAUNCH("computeKeysOf");
     const KeyT* keys = static_cast<const KeyT*>(r.keysA);
-    RadixBuild<KeyT, WideKeyDecomposer>::selectStarts(run, keys, start, runCount_.get(), runCountHost_.get(), scratch_);
-    finishTable(run, layout, cellSize, false, keys, {}, false);
+    RadixBuild<KeyT, WideKeyDecomposer>::selectStartsFilling(
+      run, keys, start, runCount_.get(), runCountHost_.get(), scratch_, identityCells, kept);
+    finishTable(run, layout, cellSize, false, keys, {});
   });
 }
 
 template <class Keys>
 void RadixCells::finishTable(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, Keys keys,
-  const std::function<void()>& keysDone, bool identityFilled)
+  const std::function<void()>& keysDone)
 {
   countKnown_.record(run.stream);
   auto waitForCells = [&]() {
@@ -518,21 +516,11 @@ void RadixCells::finishTable(CudaRun& run, const KeyLayout& layout, double cellS
     NG_CUDA_CHECK_LAUNCH("insertUniqueKeys");
     table_.wideKeys = kept;
   }
-  else if (lookup.identity && identityFilled)
-  {
-    lookup.identityCells = identityCells_.get();
-    table_.bitsKeys = keepKeys ? bitsKeys_.get() : nullptr;
-  }
   else if (lookup.identity)
   {
-    std::int32_t* identityCells = identityCells_.ensure(slots, "cell lookup table");
-    NG_CUDA_CHECK(cudaMemsetAsync(identityCells, 0xff, slots * sizeof(std::int32_t), run.stream),
-      "clearing the cell lookup");
-    lookup.identityCells = identityCells;
-    std::uint64_t* kept = keepKeys ? bitsKeys_.ensure(std::size_t(most), "cell keys") : nullptr;
-    insertIdentityCells<<<blocksFor(most), 256, 0, run.stream>>>(keys, table_.start, starts, identityCells, kept);
-    NG_CUDA_CHECK_LAUNCH("insertIdentityCells");
-    table_.bitsKeys = kept;
+    // Filled by the selection of the cell starts (clearedIdentityTable, selectStartsFilling).
+    lookup.identityCells = identityCells_.get();
+    table_.bitsKeys = keepKeys ? bitsKeys_.get() : nullptr;
   }
   else
   {

@@ -161,10 +161,14 @@ private:
   Region ensureRegion(std::int64_t n, KeyMode mode);
   /// The table of the cells whose starts selectStarts queued (start_, runCount_): the lookup
   /// table of their keys (cell k's: keys[start[k]]), and the number of cells from the host.
-  /// identityFilled: the selection has filled the identity table (and the kept keys) already.
+  /// An identity table is filled by the selection of the cell starts (selectStartsFilling).
   template <class Keys>
   void finishTable(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, Keys keys,
-    const std::function<void()>& keysDone, bool identityFilled);
+    const std::function<void()>& keysDone);
+  /// The identity table of n = run.count points on this layout, cleared, and the array for the
+  /// kept keys (keepKeys) in kept; null where the cells are not looked up by identity. It is
+  /// sized before the cells are counted, so the selection of their starts fills it as it goes.
+  std::int32_t* clearedIdentityTable(CudaRun& run, const KeyLayout& layout, bool keepKeys, std::uint64_t*& kept);
   DeviceBuffer<unsigned char> region_;
   DeviceBuffer<std::int32_t> orderToInput_;
   DeviceBuffer<std::int32_t> start_;

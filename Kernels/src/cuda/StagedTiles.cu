@@ -2221,11 +2221,9 @@ public:
   Method id() const override { return Method::StagedTiles; }
 
   /// Whether the cells' keys are read from the slots of an identity table instead of being kept
-  /// (OccupiedCells): 8 bytes less for each cell the table has room for (8 a point at 64M).
-  static bool keysInTable(std::int64_t n, const KeyLayout& layout)
-  {
-    return layout.mode != KeyMode::Wide && RadixCells::looksUpByIdentity(n, layout);
-  }
+  /// (OccupiedCells): 8 bytes less for each cell the table has room for (8 a point at 64M). Wide
+  /// keys never have one.
+  static bool keysInTable(std::int64_t n, const KeyLayout& layout) { return RadixCells::looksUpByIdentity(n, layout); }
 
   std::int64_t plannedBytes(const CudaRun& run) const override
   {
