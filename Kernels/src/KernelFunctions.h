@@ -151,8 +151,8 @@ NG_HD float approximateSqrt(float v)
 /// root is one instruction (approximateSqrt). FoldsQ (the cubic spline on the GPU; density): q's
 /// product folded into the spline's first multiply-add, one instruction fewer a pair. Smoothing
 /// keeps the product: folded, Staged Tiles' loop for Shepard-3 issued 4.5% fewer instructions but
-/// took 1.91 ms instead of 1.85 (4M row, H200), where density's search took 1.240 instead of 1.249
-/// (RESULTS.md, issue 22).
+/// took 1.91 ms instead of 1.85 (4M row, H200), where density's search took 1.242-1.243 instead
+/// of 1.248-1.250 (RESULTS.md, issue 22).
 template <bool FoldsQ = false>
 NG_HD float kernelShapeFromSquared(const KernelParams& k, float squaredDistance)
 {
