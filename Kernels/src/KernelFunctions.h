@@ -148,36 +148,25 @@ NG_HD float approximateSqrt(float v)
 
 /// The shape w(q) at squared distance r2 (q = r / h): W without sigma_d / h^d, which a sum of
 /// shapes takes once at its end. The searches evaluate this for every neighbor pair; the square
-/// root is one instruction (approximateSqrt). FoldsQ (the cubic spline on the GPU; density): q's
-/// product folded into the spline's first multiply-add, one instruction fewer a pair. Smoothing
-/// keeps the product: folded, Staged Tiles' loop for Shepard-3 issued 4.5% fewer instructions but
-/// took 1.91 ms instead of 1.85 (4M row, H200), where density's search took 1.242-1.243 instead
-/// of 1.248-1.250 (RESULTS.md, issue 22).
-template <bool FoldsQ = false>
+/// root is one instruction (approximateSqrt).
 NG_HD float kernelShapeFromSquared(const KernelParams& k, float squaredDistance)
 {
+  const float q = approximateSqrt(squaredDistance) * k.inverseH;
 #if defined(__CUDA_ARCH__)
   if (k.type == Kernel::CubicSpline)
   {
     // kernelShape's cubic spline with the clamps folded into saturating instructions: with
     // s = (2 - q) / 2 and b = 1 - q, each clamped to [0, 1] (NaN to 0), w = 2 s^3 - b^3, which is
-    // 0.25 a^3 - b^3 for a = 2 s. Folded, s = 1 - r / (2h) is one multiply-add of the root, and
-    // b = 2 s - 1 before its clamp (s is clamped to 0 only where q > 2, where b is too), so no
-    // register holds another constant.
-    const float r = approximateSqrt(squaredDistance);
-    if constexpr (FoldsQ)
-    {
-      const float s = __saturatef(__fmaf_rn(r, -0.5f * k.inverseH, 1.0f));
-      const float b = __saturatef(__fmaf_rn(2.0f, s, -1.0f));
-      return __fmaf_rn(2.0f, (s * s) * s, -((b * b) * b));
-    }
-    const float q = r * k.inverseH;
+    // 0.25 a^3 - b^3 for a = 2 s. Seven instructions instead of nine or ten for every candidate
+    // of the density and smoothing loops. q's product folded into s's multiply-add (b = 2 s - 1)
+    // takes one more away. On the H200 it took Staged Tiles' 4M density search 1.249 -> 1.242 ms,
+    // but FENNS's sparse 4M searches 4-6% and Shepard-3's 3% longer, so q stays (RESULTS.md,
+    // issue 22).
     const float s = __saturatef(__fmaf_rn(q, -0.5f, 1.0f));
     const float b = __saturatef(__fadd_rn(1.0f, -q));
     return __fmaf_rn(2.0f, (s * s) * s, -((b * b) * b));
   }
 #endif
-  const float q = approximateSqrt(squaredDistance) * k.inverseH;
   return kernelShape<float>(k.type, q);
 }
 

@@ -47,7 +47,7 @@ struct DensityOperation
 
   NG_HD void pair(Value (&t)[Terms], int /*j*/, const Particle& pj, float r2) const
   {
-    t[0] = pj.w * kernelShapeFromSquared<true>(kernel, r2);
+    t[0] = pj.w * kernelShapeFromSquared(kernel, r2);
   }
   NG_HD void finish(const Value (&sum)[Terms], int i, int inputIndex) const
   {
