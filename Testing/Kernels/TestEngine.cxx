@@ -1004,6 +1004,37 @@ TEST(EngineMethods, StagedTilesLatticeShellsAreExact)
   expectMisspelledKnobRefused("NEIGHBORGRID_TILES_BAND", "list");
 }
 
+// Neighbor Count over the half shell (each pair tested by one of its points and counted for both:
+// StagedTiles::countsHalfShell) and over every neighbor, both reaches: exact where tiles fit
+// shared memory, where they do not (the dense ball), with points on the x bins' edges, stars at R
+// and a crystal whose shell lies at R, its pairs within rounding of R counted and listed.
+TEST(EngineMethods, StagedTilesShellsAreExact)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
+  }
+  const double radius = 0.5;
+  const std::initializer_list<const char*> shells = { "1 half", "1 full", "2 half", "2 full" };
+  expectLoopExactForKnob({ latticeOnBinEdges(radius, 67), clumpsBesideUniform(71), starsAtTheRadius(radius, 73),
+                           denseBall(radius, 79) },
+    radius, "NEIGHBORGRID_TILES_SHELL", shells);
+  if (HasFatalFailure())
+  {
+    return;
+  }
+  for (const char* band : { "counted", "listed" })
+  {
+    const ScopedKnob bandKnob("NEIGHBORGRID_TILES_BAND", band);
+    expectLoopExactForKnob({ latticeOf("simple cubic", 0.25, 20) }, radius, "NEIGHBORGRID_TILES_SHELL", { "1 half", "2 half" });
+    if (HasFatalFailure())
+    {
+      return;
+    }
+  }
+  expectMisspelledKnobRefused("NEIGHBORGRID_TILES_SHELL", "quarter");
+}
+
 // Where a uniform cloud fills more of a block's threads with them, tiles are one cell deeper along
 // z (side x side x (side + 1) cells: StagedTiles::chooseDepthAndCapacity), their own cells in
 // Morton order of the cube and then of its top layer, their staged region 9/8 of the cube's. Cube

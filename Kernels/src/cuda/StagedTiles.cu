@@ -65,6 +65,7 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -124,6 +125,9 @@ struct TileSearch
   // within rounding of R (BandPairs, searchPointRows).
   unsigned long long listBandFrom = ~0ull;
   PairTest test;
+  // Neighbor Count over the half shell (countsHalfShell): the counts in input order, cleared
+  // before the search; null for the loops over every neighbor.
+  std::int32_t* halfShellCounts = nullptr;
 };
 
 /// A tile's cells along axis a: side along x and y, depth along z.
@@ -909,9 +913,9 @@ constexpr int candidatesPerStep()
 /// loops over a runtime reach took about 40 instructions a row, an eighth of the 4M density
 /// search's instructions); not unrolled (1) for the rare points that walk their rows without a
 /// list.
-template <int Reach, int Unroll = 2 * Reach + 1, class VisitRow>
+template <int Reach, int Unroll = 2 * Reach + 1, bool HalfShell = false, class VisitRow>
 __device__ __forceinline__ void forEachPointRow(const TileSearch& g, const StagedRegion& r, const Particle& p, int x,
-  int y, int z, VisitRow&& visitRow)
+  int y, int z, VisitRow&& visitRow, int after = -1)
 {
   // The squared gaps: in registers when unrolled; found again a row when not (an array indexed
   // by a loop counter would live in local memory).
@@ -947,6 +951,10 @@ __device__ __forceinline__ void forEachPointRow(const TileSearch& g, const Stage
 #pragma unroll Unroll
     for (int dy = -Reach; dy <= Reach; ++dy)
     {
+      if (HalfShell && (dz < 0 || (dz == 0 && dy < 0)))
+      {
+        continue;
+      }
       // cullLimit's margin (1e-4, relative and absolute) lies far above the rounding of the sum.
       const float rest = g.cullLimit - (squaredGap(gapsY2, p.y, y, dy) + squaredGap(gapsZ2, p.z, z, dz));
       if (rest < 0.0f)
@@ -965,7 +973,12 @@ __device__ __forceinline__ void forEachPointRow(const TileSearch& g, const Stage
         last = min(last, __float2int_rd(xInBins + half));
       }
       const int row = center + dy * rowStride + dz * planeStride;
-      const int begin = r.binStart[row + first], end = r.binStart[row + last + 1];
+      int begin = r.binStart[row + first];
+      const int end = r.binStart[row + last + 1];
+      if (HalfShell && dz == 0 && dy == 0)
+      {
+        begin = max(begin, after + 1);
+      }
       if (end > begin)
       {
         visitRow(begin, end);
@@ -1325,6 +1338,212 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
         sweepPointRowsUnlisted<Banded, 1>(g, op, r, pi, si, x, y, z, decided);
       }
     }
+  }
+}
+
+// --- Neighbor Count over the half shell: each pair tested once (CLAWS's symmetric idea) --------
+// A point tests the rows of cells above it (dz > 0, or dz = 0 and dy > 0) and the points after it
+// in its own row: from the other point of a pair the rows lie below, so each pair is tested by
+// one of its points only. A neighbor adds one to the point's count (a register) and one to the
+// candidate's (a counter a staged point in shared memory: a 32-bit integer add is one
+// instruction there on sm_90, where a float or a 64-bit add is a compare-and-swap loop). Each
+// block adds its staged counters to the counts in input order, which every block of the search
+// may reach. On the 4M count row on the H200 the search stage took 1.247 -> 1.125 ms (Nsight
+// Compute: 923M -> 754M warp instructions). Density's terms would need float sums a staged point:
+// with 32-bit fixed-point counters its search took 1.268 -> 1.508 ms, so it keeps the loop over
+// every neighbor (RESULTS.md, issue 22).
+
+/// A point's rows of the half shell: 13 at reach 2 (two planes of 25 along z, two rows along y
+/// and its own row), 5 at reach 1.
+constexpr int maxHalfShellRows = (2 * maxReach + 1) * maxReach + maxReach + 1;
+
+/// The largest capacity whose staged counters (one a staged point and the sentinel's) fit the
+/// wide row lists' scratch after the half shell's rows: 3,071 (the 4M row stages at most 1,408).
+constexpr int halfShellCapacity = (maxPointRows - maxHalfShellRows) * tileThreads - 1;
+
+/// Point p's half shell (forEachPointRow) in the thread's column of `rows`, its own row from the
+/// staged position after `own` on; returns the steps of two candidates.
+template <int Reach>
+__device__ __forceinline__ int listHalfShellRowsOf(const TileSearch& g, const StagedRegion& r, const Particle& p, int x,
+  int y, int z, int own, std::uint32_t* rows)
+{
+  using Format = RowFormat<false>;
+  std::uint32_t* column = rows + threadIdx.x;
+  int rowCount = 0, steps = 0;
+  forEachPointRow<Reach, 2 * Reach + 1, true>(
+    g, r, p, x, y, z,
+    [&](int begin, int end) {
+      column[rowCount * tileThreads] = Format::encode(begin, end - begin);
+      ++rowCount;
+      steps += (end - begin + 1) / 2;
+    },
+    own);
+  return steps;
+}
+
+/// Own point si (pi, staged at qi) over its half shell (`steps` steps of its column): the pairs
+/// the float test decides, then those within rounding of R decided in double (listed as the loop
+/// over every neighbor lists them where the run has decided many, else counted and the last kept:
+/// BandPairs). Its count goes to its own staged counter.
+template <bool ListsBand>
+__device__ __forceinline__ void countHalfShellPoint(const TileSearch& g, const CountOperation& op, const StagedRegion& r,
+  const std::uint32_t* column, int steps, const Particle& pi, int si, int qi, int* stagedCounts, unsigned long long* decided)
+{
+  using Format = RowFormat<false>;
+  int count = 0;
+  BandPairs<ListsBand> band;
+  auto sweep = [&](auto&& visit) {
+    const std::uint32_t* nextRow = column + tileThreads; // read one row ahead, as sweepPointRows
+    std::uint32_t pending = column[0];
+    int q = 0, end = 0;
+    for (int step = 0; step < steps; ++step)
+    {
+      if (q >= end)
+      {
+        Format::decode(pending, q, end);
+        pending = *nextRow;
+        nextRow += tileThreads;
+      }
+      visit(q);
+      visit(q + 1 < end ? q + 1 : r.sentinel);
+      q += 2;
+    }
+  };
+  sweep([&](int q) {
+    const float r2 = fusedSquaredDistance(pi, r.points[q]);
+    if (r2 < g.test.accept)
+    {
+      ++count;
+      atomicAdd(&stagedCounts[q], 1);
+    }
+    else if (!(r2 > g.test.reject))
+    {
+      band.remember(q);
+    }
+  });
+  unsigned decidedHere = 0;
+  auto decide = [&](int q) {
+    CountOperation::Value terms[1];
+    if (q != r.sentinel && isNeighborInDouble(g, op, r, pi, si, q, decidedHere, terms))
+    {
+      ++count;
+      atomicAdd(&stagedCounts[q], 1);
+    }
+  };
+  if constexpr (ListsBand)
+  {
+    if (band.count <= BandPairs<true>::slots)
+    {
+      for (int b = 0; b < band.count; ++b)
+      {
+        decide(band.at[b]);
+      }
+    }
+    else
+    {
+      sweep(decide);
+    }
+  }
+  else
+  {
+    band.decideAll(decide, [&]() { sweep(decide); });
+  }
+  atomicAdd(&stagedCounts[qi], count);
+  addDecided(decided, decidedHere);
+}
+
+/// The chunk's own points over their half shells, then the block's staged counters added to the
+/// counts in input order (a cell's points run consecutively in both orders' source).
+__device__ void countHalfShells(const TileSearch& g, const CountOperation& op, const StagedRegion& r,
+  std::uint32_t* rows, int* stagedCounts, int chunkBegin, int chunkEnd, unsigned long long* decided)
+{
+  const bool listsBand = *static_cast<volatile unsigned long long*>(decided) >= g.listBandFrom;
+  for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
+  {
+    int x, y, z, offset;
+    const int k = r.ownCell(t, x, y, z, offset);
+    const int si = r.cellFirst[k] + offset;
+    const int qi = r.stagedStart(k) + offset;
+    const Particle pi = r.points[qi];
+    const int steps = r.reach == 2 ? listHalfShellRowsOf<2>(g, r, pi, x, y, z, qi, rows)
+                                   : listHalfShellRowsOf<1>(g, r, pi, x, y, z, qi, rows);
+    if (listsBand)
+    {
+      countHalfShellPoint<true>(g, op, r, rows + threadIdx.x, steps, pi, si, qi, stagedCounts, decided);
+    }
+    else
+    {
+      countHalfShellPoint<false>(g, op, r, rows + threadIdx.x, steps, pi, si, qi, stagedCounts, decided);
+    }
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < r.stagedCells; k += tileThreads)
+  {
+    const int begin = r.stagedStart(k), end = r.stagedStart(k + 1);
+    for (int q = begin; q < end; ++q)
+    {
+      const int c = stagedCounts[q];
+      if (c != 0)
+      {
+        atomicAdd(&g.halfShellCounts[g.orderToInput[r.cellFirst[k] + (q - begin)]], c);
+      }
+    }
+  }
+}
+
+/// A tile that does not fit shared memory (searchFromGlobal) over the half shell: each neighbor
+/// adds one to the counts in global memory.
+__device__ void countHalfShellsFromGlobal(
+  const TileSearch& g, const StagedRegion& r, int chunkBegin, int chunkEnd, unsigned long long* decided)
+{
+  for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
+  {
+    int x, y, z, offset;
+    const int k = r.ownCell(t, x, y, z, offset);
+    const int si = r.cellFirst[k] + offset;
+    const Particle pi = staged(g.particles[si], x, y, z);
+    int count = 0;
+    unsigned decidedHere = 0;
+    for (int dz = 0; dz <= r.reach; ++dz)
+    {
+      const float gz = gapTo(pi.z, z + dz, dz);
+      for (int dy = dz == 0 ? 0 : -r.reach; dy <= r.reach; ++dy)
+      {
+        const float gy = gapTo(pi.y, y + dy, dy);
+        const float rest = g.cullLimit - (gy * gy + gz * gz);
+        if (rest < 0.0f)
+        {
+          continue;
+        }
+        int first = x - r.reach, last = x + r.reach;
+        if (rest == rest && pi.x == pi.x)
+        {
+          const float half = approximateSqrt(rest) + 1e-4f;
+          first = max(first, __float2int_rd(pi.x - half));
+          last = min(last, __float2int_rd(pi.x + half));
+        }
+        const int row = r.S * ((y + dy) + r.S * (z + dz));
+        for (int cx = first; cx <= last; ++cx)
+        {
+          const int kj = row + cx;
+          const int begin = r.cellFirst[kj];
+          const int end = begin + (r.cellStart[kj + 1] - r.cellStart[kj]);
+          // The own row's cells lie in order along x, as their points do in global memory.
+          for (int sj = (dz == 0 && dy == 0) ? max(begin, si + 1) : begin; sj < end; ++sj)
+          {
+            const Particle pj = staged(g.particles[sj], cx, y + dy, z + dz);
+            float r2 = squaredDistance(pi, pj);
+            if (isNeighbor(g.test, r2, si, sj, g.orderToInput, decidedHere))
+            {
+              ++count;
+              atomicAdd(&g.halfShellCounts[g.orderToInput[sj]], 1);
+            }
+          }
+        }
+      }
+    }
+    atomicAdd(&g.halfShellCounts[g.orderToInput[si]], count);
+    addDecided(decided, decidedHere);
   }
 }
 
@@ -1692,6 +1911,8 @@ struct PlacementScratch
 static_assert(int(sizeof(PlacementScratch)) <= rowListBytes<true>() && int(sizeof(PlacementScratch)) <= clusterListBytes &&
     alignof(PlacementScratch) <= scratchAlignment,
   "the block's placement fits the search's scratch");
+static_assert(int(sizeof(PlacementScratch)) + 2 * (halfShellCapacity + 1) <= maxHalfShellRows * tileThreads * 4,
+  "the placement and its table of each staged position's cell lie below the half shell's staged counters");
 
 /// The thread's staged cells (blocked: stagedCellsPerThread consecutive ones) in `fine`, -1 where
 /// no point lies or beyond the region. With an identity table each is one load, and a thread's
@@ -2135,6 +2356,21 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
   const int stagedTotal = placeStagedCells(
     g, region, tileAnchorOf(g.fine, item.leader, item.leaderKey, g.side, g.depth), cells, placement, cellOfPosition, g.capacity);
   placeOwnCells(region, cells);
+  // Count over the half shell: the staged counters after the half shell's row lists, cleared
+  // before the barrier after the staging (the placement's scratch lies below them).
+  constexpr bool halfShellLoop = std::is_same<Op, CountOperation>::value && !NarrowRows;
+  int* stagedCounts = nullptr;
+  if constexpr (halfShellLoop)
+  {
+    if (g.halfShellCounts)
+    {
+      stagedCounts = reinterpret_cast<int*>(scratch) + maxHalfShellRows * tileThreads;
+      for (int q = threadIdx.x; q <= g.capacity; q += tileThreads)
+      {
+        stagedCounts[q] = 0;
+      }
+    }
+  }
   const bool fits = stagedTotal <= g.capacity;
   if (fits)
   {
@@ -2148,6 +2384,14 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
   const int chunkBegin = item.chunk * per, chunkEnd = min(ownTotal, chunkBegin + per);
   if (!fits)
   {
+    if constexpr (halfShellLoop)
+    {
+      if (stagedCounts)
+      {
+        countHalfShellsFromGlobal(g, region, chunkBegin, chunkEnd, decided);
+        return;
+      }
+    }
     searchFromGlobal(g, op, region, chunkBegin, chunkEnd, decided);
   }
   else if (g.clusterPairs)
@@ -2164,6 +2408,14 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
     if constexpr (!NarrowRows)
     {
       rows.points = reinterpret_cast<const Particle*>(stagedMemory + rowListBytes<false>() / int(sizeof(float4)));
+    }
+    if constexpr (halfShellLoop)
+    {
+      if (stagedCounts)
+      {
+        countHalfShells(g, op, rows, static_cast<std::uint32_t*>(scratch), stagedCounts, chunkBegin, chunkEnd, decided);
+        return;
+      }
     }
     using Format = RowFormat<NarrowRows>;
     searchPointRows<Banded, Format>(g, op, rows, static_cast<typename Format::Entry*>(scratch), chunkBegin, chunkEnd, decided);
@@ -2241,6 +2493,7 @@ public:
     const Problem& p = *run.problem;
     const int n = static_cast<int>(run.count);
     reach_ = reachFor(p);
+    shellKnob_ = shellKnob();
     cellSize_ = cellSizeFor(p.radius, reach_);
     hugeCells_ = reachesHugeCells(p, cellSize_);
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSize_);
@@ -2279,7 +2532,9 @@ public:
     {
       side_ /= 2;
     }
-    chooseDepthAndCapacity(*run.device, uniformPointsPerCell(n, cells, layout), perCell, maxCapacity);
+    const double lambda = uniformPointsPerCell(n, cells, layout);
+    uniform_ = lambda > 0.0;
+    chooseDepthAndCapacity(*run.device, lambda, perCell, maxCapacity);
 
     search_ = TileSearch{};
     search_.fine = fine;
@@ -2494,6 +2749,17 @@ private:
       return;
     }
     TileSearch search = search_;
+    if constexpr (std::is_same<Op, CountOperation>::value)
+    {
+      if (countsHalfShell(run, search, op))
+      {
+        NG_CUDA_CHECK(cudaMemsetAsync(op.output, 0, sizeof(std::int32_t) * std::size_t(run.count), run.stream),
+          "clearing the neighbor counts");
+        search.halfShellCounts = op.output;
+        launchSearchKernel<Op, true, false>(run, search, op);
+        return;
+      }
+    }
     if constexpr (termsVanishAtRadius<Op>())
     {
       // Staged values of three or four components take more shared memory a point than an index:
@@ -2671,6 +2937,33 @@ private:
   /// against 1.86 with wide entries (RESULTS.md, issue 22).
   /// NEIGHBORGRID_TILES_ROWS=narrow|wide (a testing and benchmarking knob) takes one wherever the
   /// capacity allows.
+  /// Whether Neighbor Count takes the half shell (countHalfShells): on clouds of uniform density,
+  /// where nearly every tile fits shared memory (a tile that does not adds each neighbor to the
+  /// counts in global memory, which in a dense clump would take an atomic a pair), in cells of
+  /// R / 2, without periodic images (whose counts the loop over every neighbor skips), with wide
+  /// row entries and staged counters that fit the row lists' scratch beside the half shell's 13
+  /// rows. In cells of R (a dozen or two neighbors) the counters cost about what the half shell
+  /// saves: on the H200, FCC crystals of 4M points with R on the first shell, past it and at 1.7
+  /// took 1.478 -> 1.608, 0.678 -> 0.722 and 0.526 -> 0.518 ms; in cells of R / 2 a simple cubic
+  /// lattice with R on a shell 1.577 -> 0.957 (RESULTS.md, issue 22).
+  /// NEIGHBORGRID_TILES_SHELL=half|full (a benchmarking knob) takes one where both can run.
+  bool countsHalfShell(const CudaRun& run, const TileSearch& search, const CountOperation& op)
+  {
+    const bool runs = op.output && !search.hasImages && !search.clusterPairs && capacity_ <= halfShellCapacity &&
+      !usesNarrowRows<CountOperation, true>(run, search);
+    return runs && (shellKnob_.empty() ? uniform_ && reach_ == 2 : shellKnob_ == "half");
+  }
+  /// NEIGHBORGRID_TILES_SHELL, read on every run (sort), so that a misspelling is refused.
+  static std::string shellKnob()
+  {
+    const char* knob = std::getenv("NEIGHBORGRID_TILES_SHELL");
+    const std::string shell = knob ? knob : "";
+    if (knob && shell != "half" && shell != "full")
+    {
+      throw Error("NeighborGrid: NEIGHBORGRID_TILES_SHELL is '" + shell + "'; it takes 'half' or 'full'");
+    }
+    return shell;
+  }
   template <class Op, bool Banded>
   bool usesNarrowRows(const CudaRun& run, const TileSearch& search)
   {
@@ -2712,6 +3005,8 @@ private:
   DeviceBuffer<std::int32_t> position_;
   DeviceBuffer<unsigned char> scratch_;
   DeviceBuffer<TileItem> itemList_;
+  bool uniform_ = false; // the occupied cells hold what a uniform cloud's would (uniformPointsPerCell)
+  std::string shellKnob_;
   TileSearch search_;
   PairTest pointTest_; // the search by point (sparse data): frames of 3 cells
   double cellSize_ = 1.0;
