@@ -1348,10 +1348,10 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
 // candidate's (a counter a staged point in shared memory: a 32-bit integer add is one
 // instruction there on sm_90, where a float or a 64-bit add is a compare-and-swap loop). Each
 // block adds its staged counters to the counts in input order, which every block of the search
-// may reach. On the 4M count row on the H200 the search stage took 1.247 -> 1.125 ms (Nsight
-// Compute: 923M -> 754M warp instructions). Density's terms would need float sums a staged point:
-// with 32-bit fixed-point counters its search took 1.268 -> 1.508 ms, so it keeps the loop over
-// every neighbor (RESULTS.md, issue 22).
+// may reach. On the 4M count row on the H200 the search stage took 1.249-1.251 -> 1.111 ms
+// (Nsight Compute: 923M -> 748M warp instructions). Density's terms would need float sums a
+// staged point: with 32-bit fixed-point counters instead its search took 1.268 -> 1.508 ms, so it
+// keeps the loop over every neighbor (RESULTS.md, issue 22).
 
 /// A point's rows of the half shell: 13 at reach 2 (two planes of 25 along z, two rows along y
 /// and its own row), 5 at reach 1.
@@ -2942,10 +2942,10 @@ private:
   /// counts in global memory, which in a dense clump would take an atomic a pair), in cells of
   /// R / 2, without periodic images (whose counts the loop over every neighbor skips), with wide
   /// row entries and staged counters that fit the row lists' scratch beside the half shell's 13
-  /// rows. In cells of R (a dozen or two neighbors) the counters cost about what the half shell
-  /// saves: on the H200, FCC crystals of 4M points with R on the first shell, past it and at 1.7
-  /// took 1.478 -> 1.608, 0.678 -> 0.722 and 0.526 -> 0.518 ms; in cells of R / 2 a simple cubic
-  /// lattice with R on a shell 1.577 -> 0.957 (RESULTS.md, issue 22).
+  /// rows. In cells of R the gain is mixed: on the H200 a simple cubic lattice of 4M points with
+  /// R on a shell took 1.577 -> 0.957 ms (half its pairs at R to decide in double), but FCC
+  /// crystals of a dozen or two neighbors, R on the first shell, past it and at 1.7, took 1.478 ->
+  /// 1.608, 0.678 -> 0.722 and 0.526 -> 0.518 (RESULTS.md, issue 22).
   /// NEIGHBORGRID_TILES_SHELL=half|full (a benchmarking knob) takes one where both can run.
   bool countsHalfShell(const CudaRun& run, const TileSearch& search, const CountOperation& op)
   {
