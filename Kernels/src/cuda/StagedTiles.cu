@@ -781,6 +781,44 @@ __device__ __forceinline__ bool isImage(const TileSearch& g, int si)
 
 // --- A tile that does not fit shared memory: one thread per point, candidates from global -------
 
+/// The cells of the rows (5 along x) that reach within R of point pi of cell (x, y, z), each as
+/// visitCell(cx, dy, dz, begin, end) with its points' global positions [begin, end): rows beyond R
+/// skipped, the others trimmed to the cells the sphere spans; cullLimit carries a margin for the
+/// rounding of the gaps (NaN coordinates, a huge cell: nothing skipped). HalfShell: only the rows
+/// above the point's (dz > 0, or dz = 0 and dy >= 0; countHalfShellsFromGlobal).
+template <bool HalfShell, class VisitCell>
+__device__ __forceinline__ void forEachRowCellFromGlobal(
+  const TileSearch& g, const StagedRegion& r, const Particle& pi, int x, int y, int z, VisitCell&& visitCell)
+{
+  for (int dz = HalfShell ? 0 : -r.reach; dz <= r.reach; ++dz)
+  {
+    const float gz = gapTo(pi.z, z + dz, dz);
+    for (int dy = HalfShell && dz == 0 ? 0 : -r.reach; dy <= r.reach; ++dy)
+    {
+      const float gy = gapTo(pi.y, y + dy, dy);
+      const float rest = g.cullLimit - (gy * gy + gz * gz);
+      if (rest < 0.0f)
+      {
+        continue;
+      }
+      int first = x - r.reach, last = x + r.reach;
+      if (rest == rest && pi.x == pi.x)
+      {
+        const float half = approximateSqrt(rest) + 1e-4f;
+        first = max(first, __float2int_rd(pi.x - half));
+        last = min(last, __float2int_rd(pi.x + half));
+      }
+      const int row = r.S * ((y + dy) + r.S * (z + dz));
+      for (int cx = first; cx <= last; ++cx)
+      {
+        const int kj = row + cx;
+        const int begin = r.cellFirst[kj];
+        visitCell(cx, dy, dz, begin, begin + (r.cellStart[kj + 1] - r.cellStart[kj]));
+      }
+    }
+  }
+}
+
 template <class Op>
 __device__ void searchFromGlobal(
   const TileSearch& g, const Op& op, const StagedRegion& r, int chunkBegin, int chunkEnd, unsigned long long* decided)
@@ -797,45 +835,17 @@ __device__ void searchFromGlobal(
     const Particle pi = staged(g.particles[si], x, y, z);
     RegisterSums<Op> acc;
     unsigned decidedHere = 0;
-    // The rows of cells (5 along x) that reach within R of the point: skipped when beyond R,
-    // trimmed to the cells the sphere spans; cullLimit carries a margin for the rounding of the
-    // gaps (NaN coordinates, a huge cell: nothing skipped).
-    for (int dz = -r.reach; dz <= r.reach; ++dz)
-    {
-      const float gz = gapTo(pi.z, z + dz, dz);
-      for (int dy = -r.reach; dy <= r.reach; ++dy)
+    forEachRowCellFromGlobal<false>(g, r, pi, x, y, z, [&](int cx, int dy, int dz, int begin, int end) {
+      for (int sj = begin; sj < end; ++sj)
       {
-        const float gy = gapTo(pi.y, y + dy, dy);
-        const float rest = g.cullLimit - (gy * gy + gz * gz);
-        if (rest < 0.0f)
+        const Particle pj = staged(g.particles[sj], cx, y + dy, z + dz);
+        float r2 = squaredDistance(pi, pj);
+        if (isNeighbor(g.test, r2, si, sj, g.orderToInput, decidedHere))
         {
-          continue;
-        }
-        int first = x - r.reach, last = x + r.reach;
-        if (rest == rest && pi.x == pi.x)
-        {
-          const float half = approximateSqrt(rest) + 1e-4f;
-          first = max(first, __float2int_rd(pi.x - half));
-          last = min(last, __float2int_rd(pi.x + half));
-        }
-        const int row = r.S * ((y + dy) + r.S * (z + dz));
-        for (int cx = first; cx <= last; ++cx)
-        {
-          const int kj = row + cx;
-          const int begin = r.cellFirst[kj];
-          const int end = begin + (r.cellStart[kj + 1] - r.cellStart[kj]);
-          for (int sj = begin; sj < end; ++sj)
-          {
-            const Particle pj = staged(g.particles[sj], cx, y + dy, z + dz);
-            float r2 = squaredDistance(pi, pj);
-            if (isNeighbor(g.test, r2, si, sj, g.orderToInput, decidedHere))
-            {
-              acc.add(op, sj, pj, r2);
-            }
-          }
+          acc.add(op, sj, pj, r2);
         }
       }
-    }
+    });
     acc.finish(op, si, g.orderToInput[si]);
     addDecided(decided, decidedHere);
   }
@@ -1504,44 +1514,19 @@ __device__ void countHalfShellsFromGlobal(
     const Particle pi = staged(g.particles[si], x, y, z);
     int count = 0;
     unsigned decidedHere = 0;
-    for (int dz = 0; dz <= r.reach; ++dz)
-    {
-      const float gz = gapTo(pi.z, z + dz, dz);
-      for (int dy = dz == 0 ? 0 : -r.reach; dy <= r.reach; ++dy)
+    forEachRowCellFromGlobal<true>(g, r, pi, x, y, z, [&](int cx, int dy, int dz, int begin, int end) {
+      // The own row's cells lie in order along x, as their points do in global memory.
+      for (int sj = (dz == 0 && dy == 0) ? max(begin, si + 1) : begin; sj < end; ++sj)
       {
-        const float gy = gapTo(pi.y, y + dy, dy);
-        const float rest = g.cullLimit - (gy * gy + gz * gz);
-        if (rest < 0.0f)
+        const Particle pj = staged(g.particles[sj], cx, y + dy, z + dz);
+        float r2 = squaredDistance(pi, pj);
+        if (isNeighbor(g.test, r2, si, sj, g.orderToInput, decidedHere))
         {
-          continue;
-        }
-        int first = x - r.reach, last = x + r.reach;
-        if (rest == rest && pi.x == pi.x)
-        {
-          const float half = approximateSqrt(rest) + 1e-4f;
-          first = max(first, __float2int_rd(pi.x - half));
-          last = min(last, __float2int_rd(pi.x + half));
-        }
-        const int row = r.S * ((y + dy) + r.S * (z + dz));
-        for (int cx = first; cx <= last; ++cx)
-        {
-          const int kj = row + cx;
-          const int begin = r.cellFirst[kj];
-          const int end = begin + (r.cellStart[kj + 1] - r.cellStart[kj]);
-          // The own row's cells lie in order along x, as their points do in global memory.
-          for (int sj = (dz == 0 && dy == 0) ? max(begin, si + 1) : begin; sj < end; ++sj)
-          {
-            const Particle pj = staged(g.particles[sj], cx, y + dy, z + dz);
-            float r2 = squaredDistance(pi, pj);
-            if (isNeighbor(g.test, r2, si, sj, g.orderToInput, decidedHere))
-            {
-              ++count;
-              atomicAdd(&g.halfShellCounts[g.orderToInput[sj]], 1);
-            }
-          }
+          ++count;
+          atomicAdd(&g.halfShellCounts[g.orderToInput[sj]], 1);
         }
       }
-    }
+    });
     atomicAdd(&g.halfShellCounts[g.orderToInput[si]], count);
     addDecided(decided, decidedHere);
   }
