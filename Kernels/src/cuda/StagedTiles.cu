@@ -65,7 +65,6 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -1462,8 +1461,8 @@ __device__ __forceinline__ void countHalfShellPoint(const TileSearch& g, const C
   addDecided(decided, decidedHere);
 }
 
-/// The chunk's own points over their half shells, then the block's staged counters added to the
-/// counts in input order (a cell's points run consecutively in both orders' source).
+/// The chunk's own points over their half shells, then the block's nonzero staged counters added
+/// to the counts in input order.
 __device__ void countHalfShells(const TileSearch& g, const CountOperation& op, const StagedRegion& r,
   std::uint32_t* rows, int* stagedCounts, int chunkBegin, int chunkEnd, unsigned long long* decided)
 {
