@@ -921,7 +921,8 @@ constexpr int candidatesPerStep()
 /// the lists: each gap along y and z is found once, and the rows' places are constants (the
 /// loops over a runtime reach took about 40 instructions a row, an eighth of the 4M density
 /// search's instructions); not unrolled (1) for the rare points that walk their rows without a
-/// list.
+/// list. HalfShell: only the rows above the point's (dz > 0, or dz = 0 and dy > 0) and its own
+/// row from staged position `after` + 1 on (countHalfShells).
 template <int Reach, int Unroll = 2 * Reach + 1, bool HalfShell = false, class VisitRow>
 __device__ __forceinline__ void forEachPointRow(const TileSearch& g, const StagedRegion& r, const Particle& p, int x,
   int y, int z, VisitRow&& visitRow, int after = -1)
@@ -1001,13 +1002,13 @@ __device__ __forceinline__ void forEachPointRow(const TileSearch& g, const Stage
 /// narrow entries would not fit the column. The listing runs to its end either way: with an
 /// early exit from it the 4M density search issued 1.7 times the warp instructions (fewer lanes
 /// together in the sweep) and took 3.2 ms instead of 2.1 (RESULTS.md, issue 22).
-template <int PerStep, int Reach, class Format>
+template <int PerStep, int Reach, class Format, bool HalfShell = false>
 __device__ __forceinline__ int listPointRowsOf(const TileSearch& g, const StagedRegion& r, const Particle& p, int x,
-  int y, int z, typename Format::Entry* rows)
+  int y, int z, typename Format::Entry* rows, int after = -1)
 {
   typename Format::Entry* column = rows + threadIdx.x;
   int rowCount = 0, steps = 0;
-  forEachPointRow<Reach>(g, r, p, x, y, z, [&](int begin, int end) {
+  forEachPointRow<Reach, 2 * Reach + 1, HalfShell>(g, r, p, x, y, z, [&](int begin, int end) {
     if constexpr (!Format::narrow)
     {
       column[rowCount * tileThreads] = Format::encode(begin, end - begin);
@@ -1027,16 +1028,16 @@ __device__ __forceinline__ int listPointRowsOf(const TileSearch& g, const Staged
         steps += (length + PerStep - 1) / PerStep;
       }
     }
-  });
+  }, after);
   return rowCount <= maxPointRows ? steps : -1;
 }
 
-template <int PerStep, class Format>
+template <int PerStep, class Format, bool HalfShell = false>
 __device__ __forceinline__ int listPointRows(const TileSearch& g, const StagedRegion& r, const Particle& p, int x, int y,
-  int z, typename Format::Entry* rows)
+  int z, typename Format::Entry* rows, int after = -1)
 {
-  return r.reach == 2 ? listPointRowsOf<PerStep, 2, Format>(g, r, p, x, y, z, rows)
-                      : listPointRowsOf<PerStep, 1, Format>(g, r, p, x, y, z, rows);
+  return r.reach == 2 ? listPointRowsOf<PerStep, 2, Format, HalfShell>(g, r, p, x, y, z, rows, after)
+                      : listPointRowsOf<PerStep, 1, Format, HalfShell>(g, r, p, x, y, z, rows, after);
 }
 
 /// Candidates a point's plain float sums take before they join its compensated sums (flush). Each
@@ -1231,57 +1232,66 @@ __device__ __forceinline__ void sumPointPairs(const TileSearch& g, const Op& op,
   }
 }
 
+/// The candidates of a thread's column of rows (`steps` steps of PerStep candidates; past a row's
+/// end the second of a step is the sentinel at infinity): visit(q) for each, flush() after every
+/// StepsPerFlush steps and at the end. The rows as one sequence: every thread of a warp tests one
+/// step's candidates until its own run out, so threads with short rows do not wait for threads
+/// with long ones. Every instruction of the row change issues for every step (predicated off
+/// where the row goes on), so it is kept to four or five.
+template <class Format, int PerStep, int StepsPerFlush, class Visit, class Flush>
+__device__ __forceinline__ void sweepColumn(
+  const StagedRegion& r, const typename Format::Entry* column, int steps, Visit&& visit, Flush&& flush)
+{
+  // Wide entries: each row's entry is read one row ahead, so that a row change decodes a value
+  // already in a register instead of waiting on a shared-memory load (the last read lands in
+  // the staged points after the lists: searchTile). On the 4M row on the H200: density's search
+  // 1.48 -> 1.42-1.43 ms, Shepard-1's 1.52 -> 1.50-1.51, count's unchanged; read ahead, the
+  // narrow entries of Shepard-2 took 1.93 -> 1.98 ms, so they are read when needed (RESULTS.md,
+  // issue 22).
+  constexpr bool readsAhead = !Format::narrow;
+  const typename Format::Entry* nextRow = column + (readsAhead ? tileThreads : 0);
+  [[maybe_unused]] typename Format::Entry pending = readsAhead ? column[0] : 0;
+  int q = 0, end = 0;
+  for (int chunk = 0; chunk < steps; chunk += StepsPerFlush)
+  {
+    const int chunkSteps = min(StepsPerFlush, steps - chunk);
+    for (int step = 0; step < chunkSteps; ++step)
+    {
+      if (q >= end)
+      {
+        if constexpr (readsAhead)
+        {
+          Format::decode(pending, q, end);
+          pending = *nextRow;
+        }
+        else
+        {
+          Format::decode(*nextRow, q, end);
+        }
+        nextRow += tileThreads;
+      }
+      visit(q);
+      if constexpr (PerStep == 2)
+      {
+        visit(q + 1 < end ? q + 1 : r.sentinel);
+      }
+      q += PerStep;
+    }
+    flush();
+  }
+}
+
 /// Point si (pi) over the rows of its column (listPointRows, `steps` steps).
 template <bool Banded, bool ListsBand, class Format, class Op>
 __device__ __forceinline__ void sweepPointRows(const TileSearch& g, const Op& op, const StagedRegion& r,
   const typename Format::Entry* column, int steps, const Particle& pi, int si, unsigned long long* decided)
 {
   constexpr int perStep = candidatesPerStep<Op>();
-  // The rows as one sequence: every thread of a warp tests one step's candidates until its own
-  // run out, so threads with short rows do not wait for threads with long ones. Every
-  // instruction of the row change issues for every step (predicated off where the row goes on),
-  // so it is kept to four or five.
+  // Integer sums (Neighbor Count) are exact: one chunk (4M count search 1.454 -> 1.422 ms).
+  constexpr int stepsPerFlush = std::is_integral<typename Op::Value>::value ? std::numeric_limits<int>::max()
+                                                                             : candidatesPerFlush / perStep;
   sumPointPairs<Banded, ListsBand>(g, op, r, pi, si, decided, [&](auto&& visit, auto&& flush) {
-    // Wide entries: each row's entry is read one row ahead, so that a row change decodes a value
-    // already in a register instead of waiting on a shared-memory load (the last read lands in
-    // the staged points after the lists: searchTile). On the 4M row on the H200: density's search
-    // 1.48 -> 1.42-1.43 ms, Shepard-1's 1.52 -> 1.50-1.51, count's unchanged; read ahead, the
-    // narrow entries of Shepard-2 took 1.93 -> 1.98 ms, so they are read when needed (RESULTS.md,
-    // issue 22).
-    constexpr bool readsAhead = !Format::narrow;
-    const typename Format::Entry* nextRow = column + (readsAhead ? tileThreads : 0);
-    [[maybe_unused]] typename Format::Entry pending = readsAhead ? column[0] : 0;
-    int q = 0, end = 0;
-    // Integer sums (Neighbor Count) are exact: one chunk (4M count search 1.454 -> 1.422 ms).
-    constexpr int stepsPerFlush = std::is_integral<typename Op::Value>::value ? std::numeric_limits<int>::max()
-                                                                               : candidatesPerFlush / perStep;
-    for (int chunk = 0; chunk < steps; chunk += stepsPerFlush)
-    {
-      const int chunkSteps = min(stepsPerFlush, steps - chunk);
-      for (int step = 0; step < chunkSteps; ++step)
-      {
-        if (q >= end)
-        {
-          if constexpr (readsAhead)
-          {
-            Format::decode(pending, q, end);
-            pending = *nextRow;
-          }
-          else
-          {
-            Format::decode(*nextRow, q, end);
-          }
-          nextRow += tileThreads;
-        }
-        visit(q);
-        if constexpr (perStep == 2)
-        {
-          visit(q + 1 < end ? q + 1 : r.sentinel);
-        }
-        q += perStep;
-      }
-      flush();
-    }
+    sweepColumn<Format, perStep, stepsPerFlush>(r, column, steps, visit, flush);
   });
 }
 
@@ -1370,26 +1380,6 @@ constexpr int maxHalfShellRows = (2 * maxReach + 1) * maxReach + maxReach + 1;
 /// wide row lists' scratch after the half shell's rows: 3,071 (the 4M row stages at most 1,408).
 constexpr int halfShellCapacity = (maxPointRows - maxHalfShellRows) * tileThreads - 1;
 
-/// Point p's half shell (forEachPointRow) in the thread's column of `rows`, its own row from the
-/// staged position after `own` on; returns the steps of two candidates.
-template <int Reach>
-__device__ __forceinline__ int listHalfShellRowsOf(const TileSearch& g, const StagedRegion& r, const Particle& p, int x,
-  int y, int z, int own, std::uint32_t* rows)
-{
-  using Format = RowFormat<false>;
-  std::uint32_t* column = rows + threadIdx.x;
-  int rowCount = 0, steps = 0;
-  forEachPointRow<Reach, 2 * Reach + 1, true>(
-    g, r, p, x, y, z,
-    [&](int begin, int end) {
-      column[rowCount * tileThreads] = Format::encode(begin, end - begin);
-      ++rowCount;
-      steps += (end - begin + 1) / 2;
-    },
-    own);
-  return steps;
-}
-
 /// Own point si (pi, staged at qi) over its half shell (`steps` steps of its column): the pairs
 /// the float test decides, then those within rounding of R decided in double (listed as the loop
 /// over every neighbor lists them where the run has decided many, else counted and the last kept:
@@ -1398,25 +1388,10 @@ template <bool ListsBand>
 __device__ __forceinline__ void countHalfShellPoint(const TileSearch& g, const CountOperation& op, const StagedRegion& r,
   const std::uint32_t* column, int steps, const Particle& pi, int si, int qi, int* stagedCounts, unsigned long long* decided)
 {
-  using Format = RowFormat<false>;
   int count = 0;
   BandPairs<ListsBand> band;
   auto sweep = [&](auto&& visit) {
-    const std::uint32_t* nextRow = column + tileThreads; // read one row ahead, as sweepPointRows
-    std::uint32_t pending = column[0];
-    int q = 0, end = 0;
-    for (int step = 0; step < steps; ++step)
-    {
-      if (q >= end)
-      {
-        Format::decode(pending, q, end);
-        pending = *nextRow;
-        nextRow += tileThreads;
-      }
-      visit(q);
-      visit(q + 1 < end ? q + 1 : r.sentinel);
-      q += 2;
-    }
+    sweepColumn<RowFormat<false>, 2, std::numeric_limits<int>::max()>(r, column, steps, visit, []() {});
   };
   sweep([&](int q) {
     const float r2 = fusedSquaredDistance(pi, r.points[q]);
@@ -1474,8 +1449,8 @@ __device__ void countHalfShells(const TileSearch& g, const CountOperation& op, c
     const int si = r.cellFirst[k] + offset;
     const int qi = r.stagedStart(k) + offset;
     const Particle pi = r.points[qi];
-    const int steps = r.reach == 2 ? listHalfShellRowsOf<2>(g, r, pi, x, y, z, qi, rows)
-                                   : listHalfShellRowsOf<1>(g, r, pi, x, y, z, qi, rows);
+    // The half shell's rows (at most 13 of the column's 25), its own row from qi + 1 on.
+    const int steps = listPointRows<2, RowFormat<false>, true>(g, r, pi, x, y, z, rows, qi);
     if (listsBand)
     {
       countHalfShellPoint<true>(g, op, r, rows + threadIdx.x, steps, pi, si, qi, stagedCounts, decided);
