@@ -1037,10 +1037,12 @@ TEST(EngineMethods, StagedTilesShellsAreExact)
 
 // Where a uniform cloud fills more of a block's threads with them, tiles are one cell deeper along
 // z (side x side x (side + 1) cells: StagedTiles::chooseDepthAndCapacity), their own cells in
-// Morton order of the cube and then of its top layer, their staged region 9/8 of the cube's. Cube
-// and deeper tiles, both reaches, both loops over a staged tile, every operation of the loops:
-// exact on a uniform cloud of about 80 neighbors (the density at which the rule takes deeper
-// tiles), clumps beside it and points on the x bins' edges.
+// Morton order of the cube and then of its top layer, their staged region 9/8 of the cube's;
+// Neighbor Count over the half shell takes them two cells deeper (chooseHalfShellTiles: "deepest",
+// "deeper" for the other loops), a tile over 256 own points in two blocks. Cube and deeper tiles,
+// both reaches, both loops over a staged tile, every operation of the loops: exact on a uniform
+// cloud of about 80 neighbors (the density at which the rule takes deeper tiles), clumps beside
+// it and points on the x bins' edges.
 TEST(EngineMethods, StagedTilesTileDepthsAreExact)
 {
   if (backendUnderTest != Backend::CUDA)
@@ -1055,7 +1057,7 @@ TEST(EngineMethods, StagedTilesTileDepthsAreExact)
     const LoopReference want(cloud, radius);
     for (const char* reach : { "1", "2" })
     {
-      for (const char* depth : { "cube", "deeper" })
+      for (const char* depth : { "cube", "deeper", "deepest" })
       {
         for (const char* loop : { "points", "clusters" })
         {

@@ -82,10 +82,14 @@ constexpr int tileThreads = 256;
 constexpr int maxReach = 2;                                // neighbors lie within one or two cells
 constexpr int maxTileSide = 4;                             // cells per tile along x and y
 constexpr int maxTileDepth = maxTileSide + 1;              // cells per tile along z (chooseDepthAndCapacity)
+constexpr int maxHalfShellDepth = maxTileSide + 2;         // along z over the half shell (chooseHalfShellTiles)
 constexpr int maxStagedSide = maxTileSide + 2 * maxReach;  // 8
 constexpr int maxStagedDepth = maxTileDepth + 2 * maxReach; // 9
 constexpr int maxStagedCells = maxStagedSide * maxStagedSide * maxStagedDepth; // 576
-constexpr int maxOwnCells = maxTileSide * maxTileSide * maxTileDepth;          // 80
+constexpr int maxOwnCells = maxTileSide * maxTileSide * maxHalfShellDepth;     // 96
+// The half shell stages no cells below its tiles (StagedRegion::below).
+static_assert(maxStagedSide * maxStagedSide * (maxHalfShellDepth + maxReach) <= maxStagedCells,
+  "the half shell's deepest region fits the block's tables");
 constexpr int maxXBins = 1 << RadixCells::maxXBinBits;                         // 4
 constexpr int stagedCellsPerThread = (maxStagedCells + tileThreads - 1) / tileThreads; // the block scan's
 constexpr int ownCellsPerLane = (maxOwnCells + 31) / 32;                              // placeOwnCells'
@@ -390,6 +394,12 @@ __global__ void countGridTiles(CellTable fine, TileGrid grid, int tiles, std::in
 /// us on the H200 instead of 76.
 __host__ __device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, int depth, int reach, int capacity)
 {
+  if (depth > side + 1)
+  {
+    // The half shell's deepest tiles (chooseHalfShellTiles) hold about a block's threads: a tile
+    // a little over them takes a second block rather than a second round of its first.
+    return tileThreads;
+  }
   const int S = side + 2 * reach, D = depth + 2 * reach;
   const bool fits = std::int64_t(ownTotal) * (S * S * D) <= std::int64_t(capacity) * (side * side * depth);
   return fits ? 4 * tileThreads : tileThreads;
@@ -589,8 +599,11 @@ __device__ __forceinline__ float fusedSquaredDistance(const Particle& a, const P
 }
 
 /// Own cell m of a tile in Morton order (side 1, 2 or 4): consecutive own points then lie close
-/// together, so a cluster of four has a small box. A tile one cell deeper (depth side + 1) has its
-/// cube's side^3 cells first, then its top layer's in Morton order of the plane.
+/// together, so a cluster of four has a small box. A deeper tile (depth side + 1, or side + 2 over
+/// the half shell) has its cube's side^3 cells first, then each layer above it in Morton order of
+/// the plane. AnyDepth: tiles of any depth; otherwise at most one layer above the cube (the loops
+/// over every neighbor), in fewer instructions.
+template <bool AnyDepth = true>
 __device__ __forceinline__ void ownCellPlace(int m, int side, int& x, int& y, int& z)
 {
   const int cube = side * side * side;
@@ -601,10 +614,20 @@ __device__ __forceinline__ void ownCellPlace(int m, int side, int& x, int& y, in
     z = ((m >> 2) & 1) | ((m >> 4) & 2);
     return;
   }
-  const int l = m - cube;
-  x = (l & 1) | ((l >> 1) & 2);
-  y = ((l >> 1) & 1) | ((l >> 2) & 2);
-  z = side;
+  if constexpr (!AnyDepth)
+  {
+    const int l = m - cube;
+    x = (l & 1) | ((l >> 1) & 2);
+    y = ((l >> 1) & 1) | ((l >> 2) & 2);
+    z = side;
+    return;
+  }
+  // The layers above the cube (deeper tiles), each in Morton order of its side x side cells.
+  const int layerBits = 2 * (31 - __clz(side));
+  const int l = m - cube, inLayer = l & ((1 << layerBits) - 1);
+  x = (inLayer & 1) | ((inLayer >> 1) & 2);
+  y = ((inLayer >> 1) & 1) | ((inLayer >> 2) & 2);
+  z = side + (l >> layerBits);
 }
 
 /// The block's staged region in shared memory: each staged cell's points in global order
@@ -613,7 +636,10 @@ struct StagedRegion
 {
   int side = 1;
   int reach = 1;
-  int S = 1; // staged cells along x and y (and along z, S + depth - side)
+  int S = 1; // staged cells along x and y (and along z, depth + reach + below)
+  // Staged layers of cells below the tile along z: reach, or none for Neighbor Count over the
+  // half shell, whose rows lie at or above a point's (countHalfShells: 448 cells instead of 576).
+  int below = 1;
   int stagedCells = 1;
   int ownCells = 1;
   const int* cellFirst = nullptr;
@@ -626,14 +652,16 @@ struct StagedRegion
   const float* values = nullptr;        // stagedComponents() >= 2: the weighted components after the first
   int sentinel = 0;                     // the staged position of a point at infinity
 
-  /// Own point t: its staged cell, place in that cell, and the cell's (x, y, z) in the region.
+  /// Own point t: its staged cell, place in that cell, and the cell's (x, y, z) in the region
+  /// (AnyDepth: the half shell's tiles, as ownCellPlace).
+  template <bool AnyDepth = false>
   __device__ __forceinline__ int ownCell(int t, int& x, int& y, int& z, int& offset) const
   {
     const int m = lastAtMost(ownStart, ownCells, t);
-    ownCellPlace(m, side, x, y, z);
+    ownCellPlace<AnyDepth>(m, side, x, y, z);
     x += reach;
     y += reach;
-    z += reach;
+    z += below;
     offset = t - ownStart[m];
     return x + S * (y + S * z);
   }
@@ -667,7 +695,9 @@ struct StagedRegion
     int k = 0, kBelow = 0;
     for (int a = 2; a >= 0; --a)
     {
-      const int place = min(max(__float2int_rd(v[a]), 0), S - 1); // NaN: 0, and the search decides
+      // The region's last place along the axis: a guess beyond it would read another cell's range.
+      const int last = a == 2 ? stagedCells / (S * S) - 1 : S - 1;
+      const int place = min(max(__float2int_rd(v[a]), 0), last); // NaN: 0, and the search decides
       k = k * S + place;
       kBelow = kBelow * S + (place > 0 && v[a] == float(place) ? place - 1 : place);
     }
@@ -1376,9 +1406,19 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
 /// and its own row), 5 at reach 1.
 constexpr int maxHalfShellRows = (2 * maxReach + 1) * maxReach + maxReach + 1;
 
-/// The largest capacity whose staged counters (one a staged point and the sentinel's) fit the
-/// wide row lists' scratch after the half shell's rows: 3,071 (the 4M row stages at most 1,408).
-constexpr int halfShellCapacity = (maxPointRows - maxHalfShellRows) * tileThreads - 1;
+/// The half shell's row lists: 13 entries a thread instead of 25, so that with its counters in
+/// the staged points (countHalfShells) a block takes 12 KiB less shared memory than the loop over
+/// every neighbor, and five blocks share an SM instead of four (stagedTilesCountHalfShells).
+constexpr int halfShellRowBytes = maxHalfShellRows * tileThreads * int(sizeof(std::uint32_t));
+
+/// A staged point's counter: the float `w` of its staged copy, whose weight Neighbor Count never
+/// reads, staged as +0 (all bits clear) and counted as an integer. The pair loop reads a whole
+/// staged point in one 16-byte load; while it does, another thread may add to that point's
+/// counter, whose value the loop does not use.
+__device__ __forceinline__ int* stagedCounter(const Particle* points, int q)
+{
+  return reinterpret_cast<int*>(const_cast<float*>(&points[q].w));
+}
 
 /// Own point si (pi, staged at qi) over its half shell (`steps` steps of its column): the pairs
 /// the float test decides, then those within rounding of R decided in double (listed as the loop
@@ -1386,7 +1426,7 @@ constexpr int halfShellCapacity = (maxPointRows - maxHalfShellRows) * tileThread
 /// BandPairs). Its count goes to its own staged counter.
 template <bool ListsBand>
 __device__ __forceinline__ void countHalfShellPoint(const TileSearch& g, const CountOperation& op, const StagedRegion& r,
-  const std::uint32_t* column, int steps, const Particle& pi, int si, int qi, int* stagedCounts, unsigned long long* decided)
+  const std::uint32_t* column, int steps, const Particle& pi, int si, int qi, unsigned long long* decided)
 {
   int count = 0;
   BandPairs<ListsBand> band;
@@ -1398,7 +1438,7 @@ __device__ __forceinline__ void countHalfShellPoint(const TileSearch& g, const C
     if (r2 < g.test.accept)
     {
       ++count;
-      atomicAdd(&stagedCounts[q], 1);
+      atomicAdd(stagedCounter(r.points, q), 1);
     }
     else if (!(r2 > g.test.reject))
     {
@@ -1411,7 +1451,7 @@ __device__ __forceinline__ void countHalfShellPoint(const TileSearch& g, const C
     if (q != r.sentinel && isNeighborInDouble(g, op, r, pi, si, q, decidedHere, terms))
     {
       ++count;
-      atomicAdd(&stagedCounts[q], 1);
+      atomicAdd(stagedCounter(r.points, q), 1);
     }
   };
   if constexpr (ListsBand)
@@ -1432,20 +1472,20 @@ __device__ __forceinline__ void countHalfShellPoint(const TileSearch& g, const C
   {
     band.decideAll(decide, [&]() { sweep(decide); });
   }
-  atomicAdd(&stagedCounts[qi], count);
+  atomicAdd(stagedCounter(r.points, qi), count);
   addDecided(decided, decidedHere);
 }
 
 /// The chunk's own points over their half shells, then the block's nonzero staged counters added
 /// to the counts in input order.
 __device__ void countHalfShells(const TileSearch& g, const CountOperation& op, const StagedRegion& r,
-  std::uint32_t* rows, int* stagedCounts, int chunkBegin, int chunkEnd, unsigned long long* decided)
+  std::uint32_t* rows, int chunkBegin, int chunkEnd, unsigned long long* decided)
 {
   const bool listsBand = *static_cast<volatile unsigned long long*>(decided) >= g.listBandFrom;
   for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
   {
     int x, y, z, offset;
-    const int k = r.ownCell(t, x, y, z, offset);
+    const int k = r.ownCell<true>(t, x, y, z, offset);
     const int si = r.cellFirst[k] + offset;
     const int qi = r.stagedStart(k) + offset;
     const Particle pi = r.points[qi];
@@ -1453,11 +1493,11 @@ __device__ void countHalfShells(const TileSearch& g, const CountOperation& op, c
     const int steps = listPointRows<2, RowFormat<false>, true>(g, r, pi, x, y, z, rows, qi);
     if (listsBand)
     {
-      countHalfShellPoint<true>(g, op, r, rows + threadIdx.x, steps, pi, si, qi, stagedCounts, decided);
+      countHalfShellPoint<true>(g, op, r, rows + threadIdx.x, steps, pi, si, qi, decided);
     }
     else
     {
-      countHalfShellPoint<false>(g, op, r, rows + threadIdx.x, steps, pi, si, qi, stagedCounts, decided);
+      countHalfShellPoint<false>(g, op, r, rows + threadIdx.x, steps, pi, si, qi, decided);
     }
   }
   __syncthreads();
@@ -1466,7 +1506,7 @@ __device__ void countHalfShells(const TileSearch& g, const CountOperation& op, c
     const int begin = r.stagedStart(k), end = r.stagedStart(k + 1);
     for (int q = begin; q < end; ++q)
     {
-      const int c = stagedCounts[q];
+      const int c = *stagedCounter(r.points, q);
       if (c != 0)
       {
         atomicAdd(&g.halfShellCounts[g.orderToInput[r.cellFirst[k] + (q - begin)]], c);
@@ -1483,7 +1523,7 @@ __device__ void countHalfShellsFromGlobal(
   for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
   {
     int x, y, z, offset;
-    const int k = r.ownCell(t, x, y, z, offset);
+    const int k = r.ownCell<true>(t, x, y, z, offset);
     const int si = r.cellFirst[k] + offset;
     const Particle pi = staged(g.particles[si], x, y, z);
     int count = 0;
@@ -1870,8 +1910,7 @@ struct PlacementScratch
 static_assert(int(sizeof(PlacementScratch)) <= rowListBytes<true>() && int(sizeof(PlacementScratch)) <= clusterListBytes &&
     alignof(PlacementScratch) <= scratchAlignment,
   "the block's placement fits the search's scratch");
-static_assert(int(sizeof(PlacementScratch)) + 2 * (halfShellCapacity + 1) <= maxHalfShellRows * tileThreads * 4,
-  "the placement and its table of each staged position's cell lie below the half shell's staged counters");
+static_assert(int(sizeof(PlacementScratch)) <= halfShellRowBytes, "the block's placement fits the half shell's scratch");
 
 /// The thread's staged cells (blocked: stagedCellsPerThread consecutive ones) in `fine`, -1 where
 /// no point lies or beyond the region. With an identity table each is one load, and a thread's
@@ -1894,7 +1933,7 @@ __device__ __forceinline__ void findStagedCells(const CellTable& fine, const Sta
     for (int e = 0; e < stagedCellsPerThread; ++e)
     {
       const std::int64_t offset[3] = { tile.offset[0] + place[e][0] - r.reach, tile.offset[1] + place[e][1] - r.reach,
-        tile.offset[2] + place[e][2] - r.reach };
+        tile.offset[2] + place[e][2] - r.below };
       inside[e] = int(stagedCellsPerThread * threadIdx.x) + e < r.stagedCells && fine.layout.bitsKeyOfOffsets(offset, key[e]);
     }
     for (int e = 0; e < stagedCellsPerThread; ++e)
@@ -1906,7 +1945,7 @@ __device__ __forceinline__ void findStagedCells(const CellTable& fine, const Sta
   for (int e = 0; e < stagedCellsPerThread; ++e)
   {
     m[e] = int(stagedCellsPerThread * threadIdx.x) + e < r.stagedCells
-      ? cellNearAnchor(fine, tile, place[e][0] - r.reach, place[e][1] - r.reach, place[e][2] - r.reach)
+      ? cellNearAnchor(fine, tile, place[e][0] - r.reach, place[e][1] - r.reach, place[e][2] - r.below)
       : -1;
   }
 }
@@ -1996,7 +2035,7 @@ __device__ void placeOwnCells(const StagedRegion& r, StagedCells& cells)
     {
       int x, y, z;
       ownCellPlace(m, r.side, x, y, z);
-      const int k = (x + r.reach) + r.S * ((y + r.reach) + r.S * (z + r.reach));
+      const int k = (x + r.reach) + r.S * ((y + r.reach) + r.S * (z + r.below));
       own[e] = r.cellStart[k + 1] - r.cellStart[k];
     }
     lanesOwn += own[e];
@@ -2132,7 +2171,7 @@ __device__ void stagePoints(const TileSearch& g, const StagedRegion& r, int stag
 /// it, or the last lane of the warp's step before. Against runs of five or six positions a thread
 /// walked cell by cell (stagePoints), on the 4M rows on the H200: count's search 1.318 -> 1.281 ms,
 /// density's 1.397 -> 1.372, 64M density 22.67 -> 22.31 (RESULTS.md, issue 22).
-template <bool XBins>
+template <bool XBins, bool Counters>
 __device__ void stagePointsFlat(const TileSearch& g, const StagedRegion& r, int stagedTotal, Particle* stagedPoints,
   std::int32_t* stagedIndex, std::uint16_t* binStart, const std::uint16_t* cellOfPosition)
 {
@@ -2200,7 +2239,12 @@ __device__ void stagePointsFlat(const TileSearch& g, const StagedRegion& r, int 
       {
         int x, y, z;
         placeInBox(k, r.S, inverseS, x, y, z);
-        stagedPoints[q] = staged(own[i], x, y, z);
+        Particle p = staged(own[i], x, y, z);
+        if constexpr (Counters)
+        {
+          p.w = 0.0f; // stagedCounter
+        }
+        stagedPoints[q] = p;
         if (stagedIndex)
         {
           stagedIndex[q] = r.cellFirst[k] - r.cellStart[k] + q;
@@ -2216,13 +2260,15 @@ __device__ void stagePointsFlat(const TileSearch& g, const StagedRegion& r, int 
 
 /// A block's staged region before its points are placed: the tile's shape and the block's tables
 /// (`cells` in static shared memory, the cells' staged starts in the placement's scratch).
-__device__ StagedRegion regionOfBlock(const TileSearch& g, StagedCells& cells, PlacementScratch& placement)
+__device__ StagedRegion regionOfBlock(
+  const TileSearch& g, StagedCells& cells, PlacementScratch& placement, bool halfShell)
 {
   StagedRegion region;
   region.side = g.side;
   region.reach = g.reach;
+  region.below = halfShell ? 0 : g.reach;
   region.S = g.side + 2 * g.reach;
-  region.stagedCells = region.S * region.S * (g.depth + 2 * g.reach);
+  region.stagedCells = region.S * region.S * (g.depth + g.reach + region.below);
   region.ownCells = g.side * g.side * g.depth;
   region.cellFirst = cells.cellFirst;
   region.cellStart = placement.cellStart;
@@ -2234,8 +2280,9 @@ __device__ StagedRegion regionOfBlock(const TileSearch& g, StagedCells& cells, P
 }
 
 /// The placed region's points into shared memory (stagePointsFlat, or stagePoints with the
-/// staged values of smoothing: Components).
-template <int Components>
+/// staged values of smoothing: Components); Counters: each staged point's counter cleared
+/// (stagedCounter).
+template <int Components, bool Counters>
 __device__ void stageRegion(const TileSearch& g, const StagedRegion& r, int stagedTotal, Particle* stagedPoints,
   std::int32_t* stagedIndex, const float* values, float* stagedValues, std::uint16_t* binStart,
   const std::uint16_t* cellOfPosition)
@@ -2244,11 +2291,11 @@ __device__ void stageRegion(const TileSearch& g, const StagedRegion& r, int stag
   {
     if (r.xBinBits > 0)
     {
-      stagePointsFlat<true>(g, r, stagedTotal, stagedPoints, stagedIndex, binStart, cellOfPosition);
+      stagePointsFlat<true, Counters>(g, r, stagedTotal, stagedPoints, stagedIndex, binStart, cellOfPosition);
     }
     else
     {
-      stagePointsFlat<false>(g, r, stagedTotal, stagedPoints, stagedIndex, binStart, cellOfPosition);
+      stagePointsFlat<false, Counters>(g, r, stagedTotal, stagedPoints, stagedIndex, binStart, cellOfPosition);
     }
   }
   else if (r.xBinBits > 0)
@@ -2264,14 +2311,18 @@ __device__ void stageRegion(const TileSearch& g, const StagedRegion& r, int stag
 /// One block per work item (a tile and a chunk of its own points); blocks beyond the item count
 /// (on the device) return at once. Banded as addFloatPair: false only where the operation's terms
 /// vanish at R and no point lies in a huge cell (StagedTiles::reachesHugeCells). NarrowRows: the
-/// loop per point keeps its rows in RowFormat<true>'s entries.
-template <class Op, bool Banded, bool NarrowRows>
+/// loop per point keeps its rows in RowFormat<true>'s entries. HalfShell: Neighbor Count over the
+/// half shell (countHalfShells), with its shorter row lists.
+template <class Op, bool Banded, bool NarrowRows, bool HalfShell = false>
 __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, unsigned long long* decided)
 {
+  static_assert(!HalfShell || (std::is_same<Op, CountOperation>::value && !NarrowRows), "the half shell counts");
   extern __shared__ float4 stagedMemory[];
   // The threads' row lists, then the staged points; or the staged points, then the warps' cluster
   // lists (g.clusterPairs).
-  const int listFloat4s = g.clusterPairs ? 0 : rowListBytes<NarrowRows>() / int(sizeof(float4));
+  constexpr int rowBytes = HalfShell ? halfShellRowBytes : rowListBytes<NarrowRows>();
+  const bool clusterPairs = !HalfShell && g.clusterPairs;
+  const int listFloat4s = clusterPairs ? 0 : rowBytes / int(sizeof(float4));
   Particle* stagedPoints = reinterpret_cast<Particle*>(stagedMemory + listFloat4s);
   // Count, density and band-free smoothing stage no indices (16 bytes a point, and the staged
   // values: stagedComponents); the rare pairs decided in double find a staged point's index from
@@ -2288,7 +2339,7 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
   const float* stagedEnd = stagedValues + (g.capacity + 1) * stagedValueStride(components);
   const int stagedFloat4s = int(alignedScratchBytes(int(reinterpret_cast<const char*>(stagedEnd) -
                                   reinterpret_cast<const char*>(stagedMemory))) / int(sizeof(float4)));
-  void* scratch = g.clusterPairs ? static_cast<void*>(stagedMemory + stagedFloat4s) : static_cast<void*>(stagedMemory);
+  void* scratch = clusterPairs ? static_cast<void*>(stagedMemory + stagedFloat4s) : static_cast<void*>(stagedMemory);
   __shared__ StagedCells cells;
   if (int(blockIdx.x) >= *g.itemCount)
   {
@@ -2297,17 +2348,17 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
   const TileItem item = g.items[blockIdx.x];
 
   PlacementScratch& placement = *static_cast<PlacementScratch*>(scratch);
-  StagedRegion region = regionOfBlock(g, cells, placement);
+  StagedRegion region = regionOfBlock(g, cells, placement, HalfShell);
   region.points = stagedPoints;
   region.index = stagesIndex ? stagedIndex : nullptr;
   region.values = components >= 2 ? stagedValues : nullptr;
 
   // stagePointsFlat's table of each staged position's cell, after the placement's scratch, where
   // the row lists' scratch holds one for the tile's capacity.
-  const int scratchBytes = g.clusterPairs ? clusterListBytes : rowListBytes<NarrowRows>();
+  const int scratchBytes = clusterPairs ? clusterListBytes : rowBytes;
   std::uint16_t* cellOfPosition = reinterpret_cast<std::uint16_t*>(&placement + 1);
   const int positions = (scratchBytes - int(sizeof(PlacementScratch))) / int(sizeof(std::uint16_t));
-  const bool table = components == 0 && !g.clusterPairs && g.capacity <= positions;
+  const bool table = components == 0 && !clusterPairs && g.capacity <= positions;
   if (!table)
   {
     cellOfPosition = nullptr;
@@ -2315,25 +2366,10 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
   const int stagedTotal = placeStagedCells(
     g, region, tileAnchorOf(g.fine, item.leader, item.leaderKey, g.side, g.depth), cells, placement, cellOfPosition, g.capacity);
   placeOwnCells(region, cells);
-  // Count over the half shell: the staged counters after the half shell's row lists, cleared
-  // before the barrier after the staging (the placement's scratch lies below them).
-  constexpr bool halfShellLoop = std::is_same<Op, CountOperation>::value && !NarrowRows;
-  int* stagedCounts = nullptr;
-  if constexpr (halfShellLoop)
-  {
-    if (g.halfShellCounts)
-    {
-      stagedCounts = reinterpret_cast<int*>(scratch) + maxHalfShellRows * tileThreads;
-      for (int q = threadIdx.x; q <= g.capacity; q += tileThreads)
-      {
-        stagedCounts[q] = 0;
-      }
-    }
-  }
   const bool fits = stagedTotal <= g.capacity;
   if (fits)
   {
-    stageRegion<components>(g, region, stagedTotal, stagedPoints, region.index ? stagedIndex : nullptr, values,
+    stageRegion<components, HalfShell>(g, region, stagedTotal, stagedPoints, region.index ? stagedIndex : nullptr, values,
       stagedValues, cells.binStart, cellOfPosition);
   }
   __syncthreads();
@@ -2343,17 +2379,16 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
   const int chunkBegin = item.chunk * per, chunkEnd = min(ownTotal, chunkBegin + per);
   if (!fits)
   {
-    if constexpr (halfShellLoop)
+    if constexpr (HalfShell)
     {
-      if (stagedCounts)
-      {
-        countHalfShellsFromGlobal(g, region, chunkBegin, chunkEnd, decided);
-        return;
-      }
+      countHalfShellsFromGlobal(g, region, chunkBegin, chunkEnd, decided);
     }
-    searchFromGlobal(g, op, region, chunkBegin, chunkEnd, decided);
+    else
+    {
+      searchFromGlobal(g, op, region, chunkBegin, chunkEnd, decided);
+    }
   }
-  else if (g.clusterPairs)
+  else if (clusterPairs)
   {
     searchClusterPairs<Banded>(g, op, region, static_cast<ClusterLists*>(scratch), chunkBegin, chunkEnd, decided);
   }
@@ -2366,18 +2401,17 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
     StagedRegion rows = region;
     if constexpr (!NarrowRows)
     {
-      rows.points = reinterpret_cast<const Particle*>(stagedMemory + rowListBytes<false>() / int(sizeof(float4)));
+      rows.points = reinterpret_cast<const Particle*>(stagedMemory + rowBytes / int(sizeof(float4)));
     }
-    if constexpr (halfShellLoop)
+    if constexpr (HalfShell)
     {
-      if (stagedCounts)
-      {
-        countHalfShells(g, op, rows, static_cast<std::uint32_t*>(scratch), stagedCounts, chunkBegin, chunkEnd, decided);
-        return;
-      }
+      countHalfShells(g, op, rows, static_cast<std::uint32_t*>(scratch), chunkBegin, chunkEnd, decided);
     }
-    using Format = RowFormat<NarrowRows>;
-    searchPointRows<Banded, Format>(g, op, rows, static_cast<typename Format::Entry*>(scratch), chunkBegin, chunkEnd, decided);
+    else
+    {
+      using Format = RowFormat<NarrowRows>;
+      searchPointRows<Banded, Format>(g, op, rows, static_cast<typename Format::Entry*>(scratch), chunkBegin, chunkEnd, decided);
+    }
   }
 }
 
@@ -2395,6 +2429,15 @@ template <class Op, bool Banded, bool NarrowRows>
 __global__ void __launch_bounds__(tileThreads, 4) stagedTilesSearchInFour(TileSearch g, Op op, unsigned long long* decided)
 {
   searchTile<Op, Banded, NarrowRows>(g, op, decided);
+}
+
+/// Neighbor Count over the half shell (searchTile, countHalfShells) in at most 48 registers, so
+/// that the five blocks an SM its shared memory allows (chooseHalfShellTiles) fit its registers.
+constexpr int halfShellBlocksPerSm = 5;
+__global__ void __launch_bounds__(tileThreads, halfShellBlocksPerSm)
+  stagedTilesCountHalfShells(TileSearch g, CountOperation op, unsigned long long* decided)
+{
+  searchTile<CountOperation, true, false, true>(g, op, decided);
 }
 
 /// The search kernel of an operation.
@@ -2493,7 +2536,15 @@ public:
     }
     const double lambda = uniformPointsPerCell(n, cells, layout);
     uniform_ = lambda > 0.0;
-    chooseDepthAndCapacity(*run.device, lambda, perCell, maxCapacity);
+    halfShell_ = countsHalfShell(p);
+    if (halfShell_)
+    {
+      chooseHalfShellTiles(*run.device, lambda, maxCapacity);
+    }
+    else
+    {
+      chooseDepthAndCapacity(*run.device, lambda, perCell, maxCapacity);
+    }
 
     search_ = TileSearch{};
     search_.fine = fine;
@@ -2710,14 +2761,21 @@ private:
     TileSearch search = search_;
     if constexpr (std::is_same<Op, CountOperation>::value)
     {
-      if (countsHalfShell(run, search, op))
+      if (halfShell_)
       {
         NG_CUDA_CHECK(cudaMemsetAsync(op.output, 0, sizeof(std::int32_t) * std::size_t(run.count), run.stream),
           "clearing the neighbor counts");
         search.halfShellCounts = op.output;
-        launchSearchKernel<Op, true, false>(run, search, op);
+        const std::size_t bytes = halfShellSharedBytes();
+        allowDynamicSharedMemory(stagedTilesCountHalfShells, run.device->id, bytes, "allowing the half shell's shared memory");
+        stagedTilesCountHalfShells<<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
         return;
       }
+    }
+    if (halfShell_ || depth_ > maxTileDepth)
+    {
+      // sort() planned the half shell's tiles for Neighbor Count only.
+      throw Error("NeighborGrid: Staged Tiles sorted for Neighbor Count over the half shell, then searched another operation");
     }
     if constexpr (termsVanishAtRadius<Op>())
     {
@@ -2784,16 +2842,11 @@ private:
   ///   region at three within what the cube's blocks an SM leave. On the H200 against the cube
   ///   (RESULTS.md, issue 22): the 4M rows' searches, count 1.279 -> 1.240 ms, density 1.333 ->
   ///   1.247, Shepard-1 1.425 -> 1.354, Shepard-3 1.973 -> 1.857; 64M density 21.62 -> 20.06.
-  /// NEIGHBORGRID_TILES_DEPTH=cube|deeper (a benchmarking knob) takes one of the two depths, the
-  /// deeper one with what the cube's blocks leave.
+  /// NEIGHBORGRID_TILES_DEPTH=cube|deeper|deepest (a benchmarking knob) takes one of the two
+  /// depths, the deeper one with what the cube's blocks leave ("deepest" is "deeper" here).
   void chooseDepthAndCapacity(const CudaDevice& device, double lambda, double perOccupiedCell, int maxCapacity)
   {
-    const char* knob = std::getenv("NEIGHBORGRID_TILES_DEPTH");
-    const std::string depth = knob ? knob : "";
-    if (knob && depth != "cube" && depth != "deeper")
-    {
-      throw Error("NeighborGrid: NEIGHBORGRID_TILES_DEPTH is '" + depth + "'; it takes 'cube' or 'deeper'");
-    }
+    const std::string depth = depthKnob();
     const auto atThreeDeviations = [](double mean) { return mean + 3.0 * std::sqrt(mean); };
     const int S = side_ + 2 * reach_;
     // Count's and density's shared memory a block (sharedBytes, wide rows), with a margin for the
@@ -2819,12 +2872,65 @@ private:
       return;
     }
     const double own = lambda * side_ * side_ * (side_ + 1), staged = lambda * S * S * (S + 1);
-    if (depth == "deeper" ||
+    if (depth == "deeper" || depth == "deepest" ||
       (lambda > 0.0 && own + 4.0 * std::sqrt(own) <= tileThreads && atThreeDeviations(staged) <= capacityAt(blocks)))
     {
       depth_ = side_ + 1;
       capacity_ = capacityAt(blocks);
     }
+  }
+
+  /// The half shell's tiles (countsHalfShell): depth_ and capacity_. Its kernel holds five blocks
+  /// an SM (stagedTilesCountHalfShells), so the capacity is what five leave. Its regions stage no
+  /// layers below their tiles, and its blocks wait for their slowest warp before they add their
+  /// counters (countHalfShells), so a tile holds as many points as a block's threads take: two
+  /// cells deeper than wide where a uniform cloud's own points lie within one standard deviation
+  /// below 256 (the 4M row: 229 +- 15; about one tile in 25 takes a second block: chunkPointsFor),
+  /// else one deeper or the cube, each where its region fits at three standard deviations.
+  /// NEIGHBORGRID_TILES_DEPTH=cube|deeper|deepest (a benchmarking knob) takes a depth.
+  void chooseHalfShellTiles(const CudaDevice& device, double lambda, int maxCapacity)
+  {
+    const std::string depth = depthKnob();
+    // An SM gives a block its shared memory in units of 128 bytes, so five blocks fit only within
+    // a fifth rounded down to a unit (the first version lost its fifth block to this).
+    constexpr int allocationUnit = 128;
+    const int fixedBytes = alignedScratchBytes(int(sizeof(StagedCells))) + 64 + scratchAlignment + halfShellRowBytes;
+    const int blockBytes = (device.sharedMemoryPerSm / halfShellBlocksPerSm - device.reservedSharedMemoryPerBlock) /
+      allocationUnit * allocationUnit;
+    capacity_ = std::min(maxCapacity, (blockBytes - fixedBytes) / int(sizeof(Particle)) - 1);
+    const int S = side_ + 2 * reach_;
+    const auto fits = [&](int d) {
+      const double own = lambda * side_ * side_ * d, staged = lambda * S * S * (d + reach_);
+      return lambda > 0.0 && own + std::sqrt(own) <= tileThreads && staged + 3.0 * std::sqrt(staged) <= capacity_;
+    };
+    if (!depth.empty())
+    {
+      depth_ = depth == "cube" ? side_ : depth == "deeper" ? side_ + 1 : side_ + 2;
+      return;
+    }
+    depth_ = side_ + 2;
+    while (depth_ > side_ && !fits(depth_))
+    {
+      --depth_;
+    }
+  }
+  /// NEIGHBORGRID_TILES_DEPTH: "cube", "deeper", "deepest" or empty (unset); a misspelling is
+  /// refused.
+  static std::string depthKnob()
+  {
+    const char* knob = std::getenv("NEIGHBORGRID_TILES_DEPTH");
+    const std::string depth = knob ? knob : "";
+    if (knob && depth != "cube" && depth != "deeper" && depth != "deepest")
+    {
+      throw Error("NeighborGrid: NEIGHBORGRID_TILES_DEPTH is '" + depth + "'; it takes 'cube', 'deeper' or 'deepest'");
+    }
+    return depth;
+  }
+  /// The half shell's shared memory a block (stagedTilesCountHalfShells): its row lists and its
+  /// staged points, whose weights hold their counters (stagedCounter).
+  std::size_t halfShellSharedBytes() const
+  {
+    return std::size_t(capacity_ + 1) * sizeof(Particle) + scratchAlignment + halfShellRowBytes;
   }
 
   /// The mean points per cell where the data look uniform, 0 where they do not. A Poisson cloud of
@@ -2885,31 +2991,20 @@ private:
     return std::max(1ull, static_cast<unsigned long long>(n) / 4);
   }
 
-  /// Narrow row entries (RowFormat<true>) for smoothing of two to four staged components, where
-  /// they let more blocks share an SM than wide ones and the tile's capacity fits their
-  /// positions: on the 4M row on the H200 (whole cells), Shepard smoothing of two and three
-  /// components 2.64 -> 2.51 and 2.94-2.96 -> 2.86-2.89 ms (four blocks instead of three); with
-  /// x bins, three components 2.71 -> 2.68-2.70. Density took five blocks with them and 2.18 ->
-  /// 2.14 ms with whole cells, but with x bins its rows hold fewer candidates and wide entries at
-  /// four blocks are faster: 2.05-2.06 ms against 2.09; count, four blocks either way, 2.03 ->
-  /// 2.17 with narrow entries. Four components by point (H200, 4M, about 24 neighbors): 1.72 ms
-  /// against 1.86 with wide entries (RESULTS.md, issue 22).
-  /// NEIGHBORGRID_TILES_ROWS=narrow|wide (a testing and benchmarking knob) takes one wherever the
-  /// capacity allows.
-  /// Whether Neighbor Count takes the half shell (countHalfShells): on clouds of uniform density,
-  /// where nearly every tile fits shared memory (a tile that does not adds each neighbor to the
-  /// counts in global memory, which in a dense clump would take an atomic a pair), in cells of
-  /// R / 2, without periodic images (whose counts the loop over every neighbor skips), with wide
-  /// row entries and staged counters that fit the row lists' scratch beside the half shell's 13
-  /// rows. In cells of R the gain is mixed: on the H200 a simple cubic lattice of 4M points with
+  /// Whether Neighbor Count takes the half shell (countHalfShells), decided before the tiles are
+  /// chosen (chooseHalfShellTiles): on clouds of uniform density, where nearly every tile fits
+  /// shared memory (a tile that does not adds each neighbor to the counts in global memory, which
+  /// in a dense clump would take an atomic a pair), in cells of R / 2, without periodic images
+  /// (whose counts the loop over every neighbor skips), with wide row entries and one thread a
+  /// point. In cells of R the gain is mixed: on the H200 a simple cubic lattice of 4M points with
   /// R on a shell took 1.577 -> 0.957 ms (half its pairs at R to decide in double), but FCC
   /// crystals of a dozen or two neighbors, R on the first shell, past it and at 1.7, took 1.478 ->
   /// 1.608, 0.678 -> 0.722 and 0.526 -> 0.518 (RESULTS.md, issue 22).
   /// NEIGHBORGRID_TILES_SHELL=half|full (a benchmarking knob) takes one where both can run.
-  bool countsHalfShell(const CudaRun& run, const TileSearch& search, const CountOperation& op)
+  bool countsHalfShell(const Problem& p) const
   {
-    const bool runs = op.output && !search.hasImages && !search.clusterPairs && capacity_ <= halfShellCapacity &&
-      !usesNarrowRows<CountOperation, true>(run, search);
+    const bool runs = p.operation == Operation::NeighborCount && p.images == 0 &&
+      !usesClusterPairs<CountOperation>(false) && rowsKnob() != "narrow";
     return runs && (shellKnob_.empty() ? uniform_ && reach_ == 2 : shellKnob_ == "half");
   }
   /// NEIGHBORGRID_TILES_SHELL, read on every run (sort), so that a misspelling is refused.
@@ -2923,8 +3018,34 @@ private:
     }
     return shell;
   }
+  /// Narrow row entries (RowFormat<true>) for smoothing of two to four staged components, where
+  /// they let more blocks share an SM than wide ones and the tile's capacity fits their
+  /// positions: on the 4M row on the H200 (whole cells), Shepard smoothing of two and three
+  /// components 2.64 -> 2.51 and 2.94-2.96 -> 2.86-2.89 ms (four blocks instead of three); with
+  /// x bins, three components 2.71 -> 2.68-2.70. Density took five blocks with them and 2.18 ->
+  /// 2.14 ms with whole cells, but with x bins its rows hold fewer candidates and wide entries at
+  /// four blocks are faster: 2.05-2.06 ms against 2.09; count, four blocks either way, 2.03 ->
+  /// 2.17 with narrow entries. Four components by point (H200, 4M, about 24 neighbors): 1.72 ms
+  /// against 1.86 with wide entries (RESULTS.md, issue 22).
+  /// NEIGHBORGRID_TILES_ROWS=narrow|wide (a testing and benchmarking knob) takes one wherever the
+  /// capacity allows.
   template <class Op, bool Banded>
   bool usesNarrowRows(const CudaRun& run, const TileSearch& search)
+  {
+    const std::string rows = rowsKnob();
+    if (search.clusterPairs || capacity_ > RowFormat<true>::maxPosition)
+    {
+      return false;
+    }
+    if (!rows.empty())
+    {
+      return rows == "narrow";
+    }
+    return stagedComponents<Op, Banded>() >= 2 &&
+      blocksPerSm<Op, Banded, true>(run, search) > blocksPerSm<Op, Banded, false>(run, search);
+  }
+  /// NEIGHBORGRID_TILES_ROWS: "narrow", "wide" or empty (unset); a misspelling is refused.
+  static std::string rowsKnob()
   {
     const char* knob = std::getenv("NEIGHBORGRID_TILES_ROWS");
     const std::string rows = knob ? knob : "";
@@ -2932,16 +3053,7 @@ private:
     {
       throw Error("NeighborGrid: NEIGHBORGRID_TILES_ROWS is '" + rows + "'; it takes 'narrow' or 'wide'");
     }
-    if (search.clusterPairs || capacity_ > RowFormat<true>::maxPosition)
-    {
-      return false;
-    }
-    if (knob)
-    {
-      return rows == "narrow";
-    }
-    return stagedComponents<Op, Banded>() >= 2 &&
-      blocksPerSm<Op, Banded, true>(run, search) > blocksPerSm<Op, Banded, false>(run, search);
+    return rows;
   }
   /// The search's resident blocks an SM, asked of the driver once a kernel and size.
   template <class Op, bool Banded, bool NarrowRows>
@@ -2965,6 +3077,7 @@ private:
   DeviceBuffer<unsigned char> scratch_;
   DeviceBuffer<TileItem> itemList_;
   bool uniform_ = false; // the occupied cells hold what a uniform cloud's would (uniformPointsPerCell)
+  bool halfShell_ = false; // Neighbor Count over the half shell (countsHalfShell), on its own tiles
   std::string shellKnob_;
   TileSearch search_;
   PairTest pointTest_; // the search by point (sparse data): frames of 3 cells
