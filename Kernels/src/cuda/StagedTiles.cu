@@ -1398,9 +1398,10 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
 // instruction there on sm_90, where a float or a 64-bit add is a compare-and-swap loop). Each
 // block adds its staged counters to the counts in input order, which every block of the search
 // may reach. On the 4M count row on the H200 the search stage took 1.249-1.251 -> 1.111 ms
-// (Nsight Compute: 923M -> 748M warp instructions). Density's terms would need float sums a
-// staged point: with 32-bit fixed-point counters instead its search took 1.268 -> 1.508 ms, so it
-// keeps the loop over every neighbor (RESULTS.md, issue 22).
+// (Nsight Compute: 923M -> 748M warp instructions), and 0.962 in a kernel of its own that holds
+// five blocks an SM instead of four (stagedTilesCountHalfShells). Density's terms would need float
+// sums a staged point: with 32-bit fixed-point counters instead its search took 1.268 -> 1.508
+// ms, so it keeps the loop over every neighbor (RESULTS.md, issue 22).
 
 /// A point's rows of the half shell: 13 at reach 2 (two planes of 25 along z, two rows along y
 /// and its own row), 5 at reach 1.
@@ -2433,6 +2434,9 @@ __global__ void __launch_bounds__(tileThreads, 4) stagedTilesSearchInFour(TileSe
 
 /// Neighbor Count over the half shell (searchTile, countHalfShells) in at most 48 registers, so
 /// that the five blocks an SM its shared memory allows (chooseHalfShellTiles) fit its registers.
+/// On the 4M row on the H200 its search took 1.112 ms at four blocks an SM (inside the count's
+/// kernel of the loop over every neighbor) and 0.962 at five, with tiles two cells deeper
+/// (RESULTS.md, issue 22).
 constexpr int halfShellBlocksPerSm = 5;
 __global__ void __launch_bounds__(tileThreads, halfShellBlocksPerSm)
   stagedTilesCountHalfShells(TileSearch g, CountOperation op, unsigned long long* decided)
