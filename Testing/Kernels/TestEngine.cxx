@@ -672,6 +672,8 @@ struct LoopReference
   LoopReference(const Cloud& cloud, double radius)
     : ref(cloud, radius)
     , rho(ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0))
+    , rhoOneMass(ref.density(cloud, Kernel::CubicSpline, nullptr, oneMass))
+    , rhoOneMassQuintic(ref.density(cloud, Kernel::QuinticSpline, nullptr, oneMass))
     , smooth1(ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0))
     , smooth1Scale(ref.smooth(cloud, Kernel::CubicSpline, cloud.scalar, 1, true, nullptr, 1.0, true))
     , smooth3(ref.smooth(cloud, Kernel::CubicSpline, cloud.vector3, 3, true, nullptr, 1.0))
@@ -680,18 +682,38 @@ struct LoopReference
     , smooth9Scale(ref.smooth(cloud, Kernel::CubicSpline, cloud.tensor9, 9, true, nullptr, 1.0, true))
   {
   }
+  static constexpr double oneMass = 1.75; // density of one mass for every point (the half shell's)
   Reference ref;
-  std::vector<double> rho, smooth1, smooth1Scale, smooth3, smooth3Scale, smooth9, smooth9Scale;
+  std::vector<double> rho, rhoOneMass, rhoOneMassQuintic, smooth1, smooth1Scale, smooth3, smooth3Scale, smooth9, smooth9Scale;
 };
 
-/// Counts and density (expectCountsAndDensity), then Shepard smoothing of the scalar, the
-/// 3-vector and the 9-component tensor (passes of four, four and one), each against `want`.
+/// Counts and density (expectCountsAndDensity), density of one mass for every point (which Staged
+/// Tiles sums over the half shell: StagedTiles::takesHalfShell), then Shepard smoothing of the
+/// scalar, the 3-vector and the 9-component tensor (passes of four, four and one), each against
+/// `want`.
 void expectLoopResults(Engine& engine, Request r, const Cloud& cloud, const LoopReference& want)
 {
   expectCountsAndDensity(engine, r, cloud, want.ref, want.rho);
   if (::testing::Test::HasFatalFailure())
   {
     return;
+  }
+  // The cubic spline's shape is at most 1, the quintic's 66 (the half shell's fixed point).
+  for (const Kernel kernel : { Kernel::CubicSpline, Kernel::QuinticSpline })
+  {
+    const std::vector<double>& rhoWant = kernel == Kernel::CubicSpline ? want.rhoOneMass : want.rhoOneMassQuintic;
+    Request oneMass = r;
+    oneMass.operation = Operation::Density;
+    oneMass.kernel = kernel;
+    oneMass.mass = nullptr;
+    oneMass.constantMass = LoopReference::oneMass;
+    std::vector<float> rho(cloud.size(), -1.0f);
+    oneMass.density = rho.data();
+    engine.run(oneMass);
+    for (std::int64_t i = 0; i < cloud.size(); ++i)
+    {
+      ASSERT_NEAR(rho[i], rhoWant[i], 1e-5 * rhoWant[i]) << "point " << i << ", one mass, " << toString(kernel);
+    }
   }
   r.operation = Operation::Smoothing;
   std::vector<float> smooth1(cloud.size(), -1.0f), smooth3(3 * cloud.size(), -1.0f);

@@ -128,9 +128,14 @@ struct TileSearch
   // within rounding of R (BandPairs, searchPointRows).
   unsigned long long listBandFrom = ~0ull;
   PairTest test;
-  // Neighbor Count over the half shell (countsHalfShell): the counts in input order, cleared
+  // Neighbor Count over the half shell (takesHalfShell): the counts in input order, cleared
   // before the search; null for the loops over every neighbor.
   std::int32_t* halfShellCounts = nullptr;
+  // Density over the half shell (takesHalfShell): the densities in input order, cleared before
+  // the search, and what a sum of kernel shapes is multiplied by (the one mass times the
+  // kernel's normalization).
+  float* halfShellDensities = nullptr;
+  float halfShellDensityScale = 0.0f;
 };
 
 /// A tile's cells along axis a: side along x and y, depth along z.
@@ -1399,9 +1404,10 @@ __device__ void searchPointRows(const TileSearch& g, const Op& op, const StagedR
 // block adds its staged counters to the counts in input order, which every block of the search
 // may reach. On the 4M count row on the H200 the search stage took 1.249-1.251 -> 1.111 ms
 // (Nsight Compute: 923M -> 748M warp instructions), and 0.962 in a kernel of its own that holds
-// five blocks an SM instead of four (stagedTilesCountHalfShells). Density's terms would need float
-// sums a staged point: with 32-bit fixed-point counters instead its search took 1.268 -> 1.508
-// ms, so it keeps the loop over every neighbor (RESULTS.md, issue 22).
+// five blocks an SM instead of four (stagedTilesCountHalfShells). Density with one mass for every
+// point takes the same kernel's shape (densityHalfShells, below): 1.251 -> 1.000 ms. A first try
+// of density in the count's kernel of four blocks, with fixed-point counters beside the staged
+// masses, took 1.268 -> 1.508 (RESULTS.md, issue 22).
 
 /// A point's rows of the half shell: 13 at reach 2 (two planes of 25 along z, two rows along y
 /// and its own row), 5 at reach 1.
@@ -1419,6 +1425,27 @@ constexpr int halfShellRowBytes = maxHalfShellRows * tileThreads * int(sizeof(st
 __device__ __forceinline__ int* stagedCounter(const Particle* points, int q)
 {
   return reinterpret_cast<int*>(const_cast<float*>(&points[q].w));
+}
+
+/// After the block's loop: add(input index, counter) for each of its staged points whose counter
+/// (stagedCounter) is not zero. Every block that stages a point may add to its result, so the
+/// results are sums over blocks in global memory.
+template <class Add>
+__device__ __forceinline__ void addStagedCounters(const TileSearch& g, const StagedRegion& r, Add&& add)
+{
+  __syncthreads();
+  for (int k = threadIdx.x; k < r.stagedCells; k += tileThreads)
+  {
+    const int begin = r.stagedStart(k), end = r.stagedStart(k + 1);
+    for (int q = begin; q < end; ++q)
+    {
+      const int c = *stagedCounter(r.points, q);
+      if (c != 0)
+      {
+        add(g.orderToInput[r.cellFirst[k] + (q - begin)], c);
+      }
+    }
+  }
 }
 
 /// Own point si (pi, staged at qi) over its half shell (`steps` steps of its column): the pairs
@@ -1501,19 +1528,7 @@ __device__ void countHalfShells(const TileSearch& g, const CountOperation& op, c
       countHalfShellPoint<false>(g, op, r, rows + threadIdx.x, steps, pi, si, qi, decided);
     }
   }
-  __syncthreads();
-  for (int k = threadIdx.x; k < r.stagedCells; k += tileThreads)
-  {
-    const int begin = r.stagedStart(k), end = r.stagedStart(k + 1);
-    for (int q = begin; q < end; ++q)
-    {
-      const int c = *stagedCounter(r.points, q);
-      if (c != 0)
-      {
-        atomicAdd(&g.halfShellCounts[g.orderToInput[r.cellFirst[k] + (q - begin)]], c);
-      }
-    }
-  }
+  addStagedCounters(g, r, [&](int input, int c) { atomicAdd(&g.halfShellCounts[input], c); });
 }
 
 /// A tile that does not fit shared memory (searchFromGlobal) over the half shell: each neighbor
@@ -1544,6 +1559,127 @@ __device__ void countHalfShellsFromGlobal(
     });
     atomicAdd(&g.halfShellCounts[g.orderToInput[si]], count);
     addDecided(decided, decidedHere);
+  }
+}
+
+// --- Density over the half shell, where every point has one mass ---------------------------------
+// As the count's: a neighbor's kernel shape w goes to the point's float sum and to the
+// candidate's counter in the staged weight, there in 32-bit fixed point (a shared float add is a
+// compare-and-swap loop on sm_90). With one mass m for every point, a density is m sigma / h^d
+// times its sum of shapes, so the weight need not be staged; each block adds its sums to the
+// densities in input order (float atomics: their order, and so the last bit, may vary from run to
+// run). On the 4M density row on the H200 the search took 1.251 -> 1.000 ms (Nsight Compute:
+// 830M warp instructions at 80.7% of issue slots), on 64M points 20.17 -> 16.22, and on 8M
+// points of 310 neighbors 4.66 -> 4.14 at four blocks an SM (RESULTS.md, issue 22).
+
+/// A chunk's fixed point (HalfShellFixedPoint::forChunk): w + magic, for w in [0, w(0)] (w(0) the
+/// kernel's largest shape: 1 for the cubic spline and Wendland C2, 14.4 and 66 for the quartic
+/// and quintic splines) and magic a power of two of at least w(0), rounds w to a multiple of
+/// magic 2^-23 in its bits, to nearest: two instructions where a conversion would take a multiply
+/// and a slow one. A candidate's counter takes a term from each own point of the chunk at most
+/// (each pair is tested once), so with magic at least w(0) (points of the chunk) / 256 it stays
+/// at or below 2^31 units. A term is then off by at most magic 2^-24 <= 2^-23 w(0), against the
+/// point's own term w(0): within 1.2e-7 of a density a term for chunks of up to 256 points.
+struct HalfShellFixedPoint
+{
+  float magic = 1.0f;
+
+  __device__ static HalfShellFixedPoint forChunk(int points, float selfShape)
+  {
+    const float most = selfShape * fmaxf(1.0f, float(points) / 256.0f);
+    HalfShellFixedPoint f;
+    while (f.magic < most)
+    {
+      f.magic *= 2.0f;
+    }
+    while (0.5f * f.magic >= most)
+    {
+      f.magic *= 0.5f;
+    }
+    return f;
+  }
+  __device__ __forceinline__ unsigned of(float w) const { return __float_as_uint(w + magic) - __float_as_uint(magic); }
+  __device__ __forceinline__ float value(unsigned units) const { return float(units) * (magic * 0x1p-23f); }
+};
+
+/// Own point si (pi, staged at qi) over its half shell (`steps` steps of its column): the shapes of
+/// its neighbors, to its own sum and to their counters. Band-free, as the loop over every
+/// neighbor's density (termsVanishAtRadius): beyond R the shape is exactly zero, and within
+/// rounding of R it adds nothing a float sum keeps.
+__device__ __forceinline__ void densityHalfShellPoint(const TileSearch& g, const DensityOperation& op, const StagedRegion& r,
+  const std::uint32_t* column, int steps, const Particle& pi, int si, HalfShellFixedPoint fixed)
+{
+  constexpr int perStep = candidatesPerStep<DensityOperation>();
+  RegisterSums<DensityOperation> acc;
+  float partial[1] = { kernelShapeFromSquared(op.kernel, 0.0f) }; // the point itself (j = i)
+  sweepColumn<RowFormat<false>, perStep, candidatesPerFlush / perStep>(r, column, steps,
+    [&](int q) {
+      const float r2 = fusedSquaredDistance(pi, r.points[q]);
+      if (r2 < g.test.reject)
+      {
+        const float w = kernelShapeFromSquared(op.kernel, r2);
+        partial[0] += w;
+        atomicAdd(reinterpret_cast<unsigned*>(stagedCounter(r.points, q)), fixed.of(w));
+      }
+    },
+    [&]() {
+      acc.addTerms(partial);
+      partial[0] = 0.0f;
+    });
+  acc.addTerms(partial);
+  atomicAdd(&g.halfShellDensities[g.orderToInput[si]], acc.sum[0] * g.halfShellDensityScale);
+}
+
+/// The chunk's own points over their half shells (densityHalfShellPoint), then the block's nonzero
+/// staged counters added to the densities in input order.
+__device__ void densityHalfShells(const TileSearch& g, const DensityOperation& op, const StagedRegion& r,
+  std::uint32_t* rows, int chunkBegin, int chunkEnd)
+{
+  const HalfShellFixedPoint fixed = HalfShellFixedPoint::forChunk(chunkEnd - chunkBegin, kernelShapeFromSquared(op.kernel, 0.0f));
+  for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
+  {
+    int x, y, z, offset;
+    const int k = r.ownCell<true>(t, x, y, z, offset);
+    const int si = r.cellFirst[k] + offset;
+    const int qi = r.stagedStart(k) + offset;
+    const Particle pi = r.points[qi];
+    const int steps = listPointRows<candidatesPerStep<DensityOperation>(), RowFormat<false>, true>(g, r, pi, x, y, z, rows, qi);
+    densityHalfShellPoint(g, op, r, rows + threadIdx.x, steps, pi, si, fixed);
+  }
+  addStagedCounters(g, r, [&](int input, int c) {
+    atomicAdd(&g.halfShellDensities[input], fixed.value(unsigned(c)) * g.halfShellDensityScale);
+  });
+}
+
+/// A tile that does not fit shared memory over the half shell: each neighbor adds its term to the
+/// densities in global memory.
+__device__ void densityHalfShellsFromGlobal(
+  const TileSearch& g, const DensityOperation& op, const StagedRegion& r, int chunkBegin, int chunkEnd)
+{
+  for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
+  {
+    int x, y, z, offset;
+    const int k = r.ownCell<true>(t, x, y, z, offset);
+    const int si = r.cellFirst[k] + offset;
+    const Particle pi = staged(g.particles[si], x, y, z);
+    RegisterSums<DensityOperation> acc;
+    const float own[1] = { kernelShapeFromSquared(op.kernel, 0.0f) };
+    acc.addTerms(own);
+    forEachRowCellFromGlobal<true>(g, r, pi, x, y, z, [&](int cx, int dy, int dz, int begin, int end) {
+      // The own row's cells lie in order along x, as their points do in global memory.
+      for (int sj = (dz == 0 && dy == 0) ? max(begin, si + 1) : begin; sj < end; ++sj)
+      {
+        const Particle pj = staged(g.particles[sj], cx, y + dy, z + dz);
+        const float r2 = fusedSquaredDistance(pi, pj);
+        if (r2 < g.test.reject)
+        {
+          const float w[1] = { kernelShapeFromSquared(op.kernel, r2) };
+          acc.addTerms(w);
+          atomicAdd(&g.halfShellDensities[g.orderToInput[sj]], w[0] * g.halfShellDensityScale);
+        }
+      }
+    });
+    atomicAdd(&g.halfShellDensities[g.orderToInput[si]], acc.sum[0] * g.halfShellDensityScale);
   }
 }
 
@@ -2312,12 +2448,14 @@ __device__ void stageRegion(const TileSearch& g, const StagedRegion& r, int stag
 /// One block per work item (a tile and a chunk of its own points); blocks beyond the item count
 /// (on the device) return at once. Banded as addFloatPair: false only where the operation's terms
 /// vanish at R and no point lies in a huge cell (StagedTiles::reachesHugeCells). NarrowRows: the
-/// loop per point keeps its rows in RowFormat<true>'s entries. HalfShell: Neighbor Count over the
-/// half shell (countHalfShells), with its shorter row lists.
+/// loop per point keeps its rows in RowFormat<true>'s entries. HalfShell: Neighbor Count or density
+/// over the half shell (countHalfShells, densityHalfShells), with its shorter row lists.
 template <class Op, bool Banded, bool NarrowRows, bool HalfShell = false>
 __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, unsigned long long* decided)
 {
-  static_assert(!HalfShell || (std::is_same<Op, CountOperation>::value && !NarrowRows), "the half shell counts");
+  constexpr bool counts = std::is_same<Op, CountOperation>::value;
+  static_assert(!HalfShell || ((counts || std::is_same<Op, DensityOperation>::value) && !NarrowRows),
+    "the half shell counts or sums densities");
   extern __shared__ float4 stagedMemory[];
   // The threads' row lists, then the staged points; or the staged points, then the warps' cluster
   // lists (g.clusterPairs).
@@ -2380,9 +2518,13 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
   const int chunkBegin = item.chunk * per, chunkEnd = min(ownTotal, chunkBegin + per);
   if (!fits)
   {
-    if constexpr (HalfShell)
+    if constexpr (HalfShell && counts)
     {
       countHalfShellsFromGlobal(g, region, chunkBegin, chunkEnd, decided);
+    }
+    else if constexpr (HalfShell)
+    {
+      densityHalfShellsFromGlobal(g, op, region, chunkBegin, chunkEnd);
     }
     else
     {
@@ -2404,9 +2546,13 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
     {
       rows.points = reinterpret_cast<const Particle*>(stagedMemory + rowBytes / int(sizeof(float4)));
     }
-    if constexpr (HalfShell)
+    if constexpr (HalfShell && counts)
     {
       countHalfShells(g, op, rows, static_cast<std::uint32_t*>(scratch), chunkBegin, chunkEnd, decided);
+    }
+    else if constexpr (HalfShell)
+    {
+      densityHalfShells(g, op, rows, static_cast<std::uint32_t*>(scratch), chunkBegin, chunkEnd);
     }
     else
     {
@@ -2442,6 +2588,14 @@ __global__ void __launch_bounds__(tileThreads, halfShellBlocksPerSm)
   stagedTilesCountHalfShells(TileSearch g, CountOperation op, unsigned long long* decided)
 {
   searchTile<CountOperation, true, false, true>(g, op, decided);
+}
+
+/// Density over the half shell where every point has one mass (densityHalfShells), as the count's
+/// kernel.
+__global__ void __launch_bounds__(tileThreads, halfShellBlocksPerSm)
+  stagedTilesDensityHalfShells(TileSearch g, DensityOperation op, unsigned long long* decided)
+{
+  searchTile<DensityOperation, false, false, true>(g, op, decided);
 }
 
 /// The search kernel of an operation.
@@ -2540,12 +2694,9 @@ public:
     }
     const double lambda = uniformPointsPerCell(n, cells, layout);
     uniform_ = lambda > 0.0;
-    halfShell_ = countsHalfShell(p);
-    if (halfShell_)
-    {
-      chooseHalfShellTiles(*run.device, lambda, maxCapacity);
-    }
-    else
+    // The half shell where its tiles fit a uniform cloud's regions, or where the knob asks for it.
+    halfShell_ = takesHalfShell(p) && (chooseHalfShellTiles(*run.device, lambda, maxCapacity) || shellKnob_ == "half");
+    if (!halfShell_)
     {
       chooseDepthAndCapacity(*run.device, lambda, perCell, maxCapacity);
     }
@@ -2770,16 +2921,31 @@ private:
         NG_CUDA_CHECK(cudaMemsetAsync(op.output, 0, sizeof(std::int32_t) * std::size_t(run.count), run.stream),
           "clearing the neighbor counts");
         search.halfShellCounts = op.output;
-        const std::size_t bytes = halfShellSharedBytes();
-        allowDynamicSharedMemory(stagedTilesCountHalfShells, run.device->id, bytes, "allowing the half shell's shared memory");
-        stagedTilesCountHalfShells<<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
+        launchHalfShell(run, stagedTilesCountHalfShells, search, op);
+        return;
+      }
+    }
+    if constexpr (std::is_same<Op, DensityOperation>::value)
+    {
+      // The density of Operation::Density (OperationPlan.h): in input order only, where the
+      // caller asked for it.
+      if (halfShell_ && !op.orderedOutput)
+      {
+        if (op.output)
+        {
+          NG_CUDA_CHECK(cudaMemsetAsync(op.output, 0, sizeof(float) * std::size_t(run.count), run.stream),
+            "clearing the densities");
+          search.halfShellDensities = op.output;
+          search.halfShellDensityScale = halfShellMass_ * op.kernel.normalization;
+          launchHalfShell(run, stagedTilesDensityHalfShells, search, op);
+        }
         return;
       }
     }
     if (halfShell_ || depth_ > maxTileDepth)
     {
-      // sort() planned the half shell's tiles for Neighbor Count only.
-      throw Error("NeighborGrid: Staged Tiles sorted for Neighbor Count over the half shell, then searched another operation");
+      // sort() planned the half shell's tiles for its operation only.
+      throw Error("NeighborGrid: Staged Tiles sorted for a search over the half shell, then searched another operation");
     }
     if constexpr (termsVanishAtRadius<Op>())
     {
@@ -2795,6 +2961,13 @@ private:
     }
     search.clusterPairs = usesClusterPairs<Op>(false);
     launchSearch<Op, true>(run, search, op);
+  }
+  template <class Op>
+  void launchHalfShell(CudaRun& run, void (*kernel)(TileSearch, Op, unsigned long long*), const TileSearch& search, const Op& op)
+  {
+    const std::size_t bytes = halfShellSharedBytes();
+    allowDynamicSharedMemory(kernel, run.device->id, bytes, "allowing the half shell's shared memory");
+    kernel<<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
   }
   template <class Op, bool Banded, bool NarrowRows = false>
   std::size_t sharedBytes(const TileSearch& search) const
@@ -2884,39 +3057,49 @@ private:
     }
   }
 
-  /// The half shell's tiles (countsHalfShell): depth_ and capacity_. Its kernel holds five blocks
-  /// an SM (stagedTilesCountHalfShells), so the capacity is what five leave. Its regions stage no
-  /// layers below their tiles, and its blocks wait for their slowest warp before they add their
-  /// counters (countHalfShells), so a tile holds as many points as a block's threads take: two
-  /// cells deeper than wide where a uniform cloud's own points lie within one standard deviation
-  /// below 256 (the 4M row: 229 +- 15; about one tile in 25 takes a second block: chunkPointsFor),
-  /// else one deeper or the cube, each where its region fits at three standard deviations.
+  /// The half shell's tiles (takesHalfShell): depth_ and capacity_, and whether a uniform cloud's
+  /// region fits them. Its kernels hold five blocks an SM (stagedTilesCountHalfShells), so the
+  /// capacity is what five leave where the region fits it, else what four leave, and so on. Its
+  /// regions stage no layers below their tiles, and its blocks wait for their slowest warp before
+  /// they add their counters (countHalfShells), so a tile holds as many points as a block's
+  /// threads take: two cells deeper than wide where a uniform cloud's own points lie within one
+  /// standard deviation below 256 (the 4M row: 229 +- 15; about one tile in 25 takes a second
+  /// block: chunkPointsFor), else one deeper or the cube, each where its region fits at three
+  /// standard deviations. Where no region fits, nearly every tile would search from global memory
+  /// with an atomic a pair (8M points at 160 neighbors: density 5.28 -> 11.96 ms on the H200).
   /// NEIGHBORGRID_TILES_DEPTH=cube|deeper|deepest (a benchmarking knob) takes a depth.
-  void chooseHalfShellTiles(const CudaDevice& device, double lambda, int maxCapacity)
+  bool chooseHalfShellTiles(const CudaDevice& device, double lambda, int maxCapacity)
   {
     const std::string depth = depthKnob();
     // An SM gives a block its shared memory in units of 128 bytes, so five blocks fit only within
     // a fifth rounded down to a unit (the first version lost its fifth block to this).
     constexpr int allocationUnit = 128;
     const int fixedBytes = alignedScratchBytes(int(sizeof(StagedCells))) + 64 + scratchAlignment + halfShellRowBytes;
-    const int blockBytes = (device.sharedMemoryPerSm / halfShellBlocksPerSm - device.reservedSharedMemoryPerBlock) /
-      allocationUnit * allocationUnit;
-    capacity_ = std::min(maxCapacity, (blockBytes - fixedBytes) / int(sizeof(Particle)) - 1);
-    const int S = side_ + 2 * reach_;
-    const auto fits = [&](int d) {
-      const double own = lambda * side_ * side_ * d, staged = lambda * S * S * (d + reach_);
-      return lambda > 0.0 && own + std::sqrt(own) <= tileThreads && staged + 3.0 * std::sqrt(staged) <= capacity_;
+    const auto capacityAt = [&](int blocks) {
+      const int blockBytes = (device.sharedMemoryPerSm / blocks - device.reservedSharedMemoryPerBlock) / allocationUnit * allocationUnit;
+      return std::min(maxCapacity, (blockBytes - fixedBytes) / int(sizeof(Particle)) - 1);
     };
-    if (!depth.empty())
+    const int S = side_ + 2 * reach_;
+    const auto fits = [&](int d, int capacity) {
+      const double own = lambda * side_ * side_ * d, staged = lambda * S * S * (d + reach_);
+      return lambda > 0.0 && (d == side_ || own + std::sqrt(own) <= tileThreads) &&
+        staged + 3.0 * std::sqrt(staged) <= capacity;
+    };
+    const int wanted = depth.empty() ? 0 : depth == "cube" ? side_ : depth == "deeper" ? side_ + 1 : side_ + 2;
+    for (int blocks = halfShellBlocksPerSm; blocks >= 2; --blocks)
     {
-      depth_ = depth == "cube" ? side_ : depth == "deeper" ? side_ + 1 : side_ + 2;
-      return;
+      capacity_ = capacityAt(blocks);
+      for (depth_ = side_ + 2; depth_ >= side_; --depth_)
+      {
+        if ((wanted == 0 || depth_ == wanted) && fits(depth_, capacity_))
+        {
+          return true;
+        }
+      }
     }
-    depth_ = side_ + 2;
-    while (depth_ > side_ && !fits(depth_))
-    {
-      --depth_;
-    }
+    capacity_ = capacityAt(halfShellBlocksPerSm);
+    depth_ = wanted > 0 ? wanted : side_;
+    return false;
   }
   /// NEIGHBORGRID_TILES_DEPTH: "cube", "deeper", "deepest" or empty (unset); a misspelling is
   /// refused.
@@ -2995,20 +3178,29 @@ private:
     return std::max(1ull, static_cast<unsigned long long>(n) / 4);
   }
 
-  /// Whether Neighbor Count takes the half shell (countHalfShells), decided before the tiles are
-  /// chosen (chooseHalfShellTiles): on clouds of uniform density, where nearly every tile fits
-  /// shared memory (a tile that does not adds each neighbor to the counts in global memory, which
-  /// in a dense clump would take an atomic a pair), in cells of R / 2, without periodic images
-  /// (whose counts the loop over every neighbor skips), with wide row entries and one thread a
-  /// point. In cells of R the gain is mixed: on the H200 a simple cubic lattice of 4M points with
+  /// Whether Neighbor Count, or density with one mass for every point, takes the half shell
+  /// (countHalfShells, densityHalfShells), decided before the tiles are chosen
+  /// (chooseHalfShellTiles, which may still turn it down): on clouds of uniform density, where
+  /// nearly every tile fits shared memory (a tile that does not adds each neighbor to the results
+  /// in global memory, which in a dense clump would take an atomic a pair), in cells of R / 2,
+  /// without periodic images (whose sums the loop over every neighbor skips), separate queries or
+  /// a radius layer, with wide row entries and one thread a point. Density's masses from an array
+  /// keep the loop over every neighbor: the half shell's counters take the staged weights. In cells of R the gain is mixed: on the H200 a simple cubic lattice of 4M points with
   /// R on a shell took 1.577 -> 0.957 ms (half its pairs at R to decide in double), but FCC
   /// crystals of a dozen or two neighbors, R on the first shell, past it and at 1.7, took 1.478 ->
   /// 1.608, 0.678 -> 0.722 and 0.526 -> 0.518 (RESULTS.md, issue 22).
   /// NEIGHBORGRID_TILES_SHELL=half|full (a benchmarking knob) takes one where both can run.
-  bool countsHalfShell(const Problem& p) const
+  bool takesHalfShell(const Problem& p)
   {
-    const bool runs = p.operation == Operation::NeighborCount && p.images == 0 &&
-      !usesClusterPairs<CountOperation>(false) && rowsKnob() != "narrow";
+    // The loop knob is read on every run, so that a misspelling is refused; forced to cluster
+    // pairs, count and density keep them.
+    const bool clusterPairs = usesClusterPairs<CountOperation>(false);
+    const bool counts = p.operation == Operation::NeighborCount && !clusterPairs;
+    // Density with one mass for every point (its staged weights hold the counters), band-free.
+    const bool sumsDensity = p.operation == Operation::Density && !p.mass && !hugeCells_ && !clusterPairs;
+    const bool runs = (counts || sumsDensity) && p.images == 0 && !p.queries.separate && !p.radiusPass &&
+      rowsKnob() != "narrow";
+    halfShellMass_ = p.constantMass;
     return runs && (shellKnob_.empty() ? uniform_ && reach_ == 2 : shellKnob_ == "half");
   }
   /// NEIGHBORGRID_TILES_SHELL, read on every run (sort), so that a misspelling is refused.
@@ -3081,7 +3273,8 @@ private:
   DeviceBuffer<unsigned char> scratch_;
   DeviceBuffer<TileItem> itemList_;
   bool uniform_ = false; // the occupied cells hold what a uniform cloud's would (uniformPointsPerCell)
-  bool halfShell_ = false; // Neighbor Count over the half shell (countsHalfShell), on its own tiles
+  bool halfShell_ = false; // count or density over the half shell (takesHalfShell), on its own tiles
+  float halfShellMass_ = 1.0f; // density over the half shell: every point's mass
   std::string shellKnob_;
   TileSearch search_;
   PairTest pointTest_; // the search by point (sparse data): frames of 3 cells
