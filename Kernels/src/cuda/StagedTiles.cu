@@ -1305,10 +1305,17 @@ __device__ __forceinline__ void sweepColumn(
         }
         nextRow += tileThreads;
       }
-      visit(q);
-      if constexpr (PerStep == 2)
+      if constexpr (PerStep == 2 && std::is_invocable<Visit&, int, int>::value)
       {
-        visit(q + 1 < end ? q + 1 : r.sentinel);
+        visit(q, q + 1 < end ? q + 1 : r.sentinel);
+      }
+      else
+      {
+        visit(q);
+        if constexpr (PerStep == 2)
+        {
+          visit(q + 1 < end ? q + 1 : r.sentinel);
+        }
       }
       q += PerStep;
     }
@@ -1461,8 +1468,7 @@ __device__ __forceinline__ void countHalfShellPoint(const TileSearch& g, const C
   auto sweep = [&](auto&& visit) {
     sweepColumn<RowFormat<false>, 2, std::numeric_limits<int>::max()>(r, column, steps, visit, []() {});
   };
-  sweep([&](int q) {
-    const float r2 = fusedSquaredDistance(pi, r.points[q]);
+  auto tally = [&](int q, float r2) {
     if (r2 < g.test.accept)
     {
       ++count;
@@ -1472,6 +1478,15 @@ __device__ __forceinline__ void countHalfShellPoint(const TileSearch& g, const C
     {
       band.remember(q);
     }
+  };
+  // A step's two candidates are read before either adds to a counter: the compiler does not move
+  // a shared load above a shared atomic that may alias it. On the 4M count row on the H200 the
+  // search took 0.962 -> 0.936-0.937 ms (issue slots busy 68.6% -> 70.4%; RESULTS.md, issue 22).
+  sweep([&](int qa, int qb) {
+    const Particle a = r.points[qa], b = r.points[qb];
+    const float ra = fusedSquaredDistance(pi, a), rb = fusedSquaredDistance(pi, b);
+    tally(qa, ra);
+    tally(qb, rb);
   });
   unsigned decidedHere = 0;
   auto decide = [&](int q) {
