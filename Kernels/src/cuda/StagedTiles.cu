@@ -1305,22 +1305,57 @@ __device__ __forceinline__ void sweepColumn(
         }
         nextRow += tileThreads;
       }
-      if constexpr (PerStep == 2 && std::is_invocable<Visit&, int, int>::value)
+      visit(q);
+      if constexpr (PerStep == 2)
       {
-        visit(q, q + 1 < end ? q + 1 : r.sentinel);
-      }
-      else
-      {
-        visit(q);
-        if constexpr (PerStep == 2)
-        {
-          visit(q + 1 < end ? q + 1 : r.sentinel);
-        }
+        visit(q + 1 < end ? q + 1 : r.sentinel);
       }
       q += PerStep;
     }
     flush();
   }
+}
+
+/// sweepColumn's wide rows, two candidates a step (the second past a row's end the sentinel), as
+/// visit(qa, a, qb, b) with the staged points read: each step's two are read before the step
+/// before them is visited, so that their reads wait on no atomic of that step (countHalfShellPoint).
+template <class VisitPair>
+__device__ __forceinline__ void sweepPairsAhead(const StagedRegion& r, const std::uint32_t* column, int steps, VisitPair&& visit)
+{
+  using Format = RowFormat<false>;
+  const std::uint32_t* nextRow = column + tileThreads;
+  std::uint32_t pending = column[0];
+  int q = 0, end = 0;
+  auto next = [&](int& qa, int& qb) {
+    if (q >= end)
+    {
+      Format::decode(pending, q, end);
+      pending = *nextRow;
+      nextRow += tileThreads;
+    }
+    qa = q;
+    qb = q + 1 < end ? q + 1 : r.sentinel;
+    q += 2;
+  };
+  if (steps <= 0)
+  {
+    return;
+  }
+  int qa, qb;
+  next(qa, qb);
+  Particle a = r.points[qa], b = r.points[qb];
+  for (int step = 1; step < steps; ++step)
+  {
+    int na, nb;
+    next(na, nb);
+    const Particle nextA = r.points[na], nextB = r.points[nb];
+    visit(qa, a, qb, b);
+    qa = na;
+    qb = nb;
+    a = nextA;
+    b = nextB;
+  }
+  visit(qa, a, qb, b);
 }
 
 /// Point si (pi) over the rows of its column (listPointRows, `steps` steps).
@@ -1479,11 +1514,12 @@ __device__ __forceinline__ void countHalfShellPoint(const TileSearch& g, const C
       band.remember(q);
     }
   };
-  // A step's two candidates are read before either adds to a counter: the compiler does not move
-  // a shared load above a shared atomic that may alias it. On the 4M count row on the H200 the
-  // search took 0.962 -> 0.936-0.937 ms (issue slots busy 68.6% -> 70.4%; RESULTS.md, issue 22).
-  sweep([&](int qa, int qb) {
-    const Particle a = r.points[qa], b = r.points[qb];
+  // A step's two candidates are read before either adds to a counter, and the next step's before
+  // this one's are tallied: the compiler does not move a shared load above a shared atomic that
+  // may alias it. On the 4M count row on the H200 the search took 0.962 -> 0.936-0.937 ms with the
+  // step's two read together (issue slots busy 68.6% -> 70.4%) and 0.930-0.931 with the next
+  // step's read ahead (72.3%; RESULTS.md, issue 22).
+  sweepPairsAhead(r, column, steps, [&](int qa, const Particle& a, int qb, const Particle& b) {
     const float ra = fusedSquaredDistance(pi, a), rb = fusedSquaredDistance(pi, b);
     tally(qa, ra);
     tally(qb, rb);
