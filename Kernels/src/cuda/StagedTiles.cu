@@ -1621,7 +1621,7 @@ __device__ void countHalfShellsFromGlobal(
 // densities in input order (float atomics: their order, and so the last bit, may vary from run to
 // run). On the 4M density row on the H200 the search took 1.251 -> 1.000 ms (Nsight Compute:
 // 830M warp instructions at 80.7% of issue slots), on 64M points 20.17 -> 16.22, and on 8M
-// points of 310 neighbors 4.66 -> 4.14 at four blocks an SM (RESULTS.md, issue 22).
+// points of about 160 neighbors 4.66 -> 4.14 at four blocks an SM (RESULTS.md, issue 22).
 
 /// A chunk's fixed point (HalfShellFixedPoint::forChunk): w + magic, for w in [0, w(0)] (w(0) the
 /// kernel's largest shape: 1 for the cubic spline and Wendland C2, 14.4 and 66 for the quartic
