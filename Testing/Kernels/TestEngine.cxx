@@ -2202,6 +2202,24 @@ struct PeriodicReference
   }
 };
 
+/// A request over the case's particles in its periodic box.
+Request periodicRequest(const PeriodicCase& c, Method method)
+{
+  Request r;
+  r.radius = c.radius;
+  r.backend = backendUnderTest;
+  r.method = method;
+  r.dimension = c.particles.dimension;
+  r.points = c.particles.points();
+  for (int a = 0; a < 3; ++a)
+  {
+    r.periodic[a] = c.periodic[a];
+    r.boxOrigin[a] = c.origin[a];
+    r.boxLengths[a] = c.lengths[a];
+  }
+  return r;
+}
+
 class EnginePeriodic : public testing::TestWithParam<std::string>
 {
 };
@@ -2240,18 +2258,7 @@ TEST_P(EnginePeriodic, EveryOperationMatchesDoubleBruteForceOverImages)
   for (Method method : methodsFor(scenario))
   {
     SCOPED_TRACE(c.name + ", " + toString(method));
-    Request base;
-    base.radius = c.radius;
-    base.backend = backendUnderTest;
-    base.method = method;
-    base.dimension = c.particles.dimension;
-    base.points = c.particles.points();
-    for (int a = 0; a < 3; ++a)
-    {
-      base.periodic[a] = c.periodic[a];
-      base.boxOrigin[a] = c.origin[a];
-      base.boxLengths[a] = c.lengths[a];
-    }
+    const Request base = periodicRequest(c, method);
     const std::vector<double> inputBefore = c.particles.xyz;
 
     // Count: every image within R, the point itself excluded.
@@ -2336,6 +2343,67 @@ TEST_P(EnginePeriodic, EveryOperationMatchesDoubleBruteForceOverImages)
 }
 
 INSTANTIATE_TEST_SUITE_P(Boxes, EnginePeriodic, testing::Values("small", "large", "oneAxis", "planar"));
+
+// Staged Tiles' half shell with periodic images (StagedTiles::takesHalfShell): each pair is tested
+// once, a pair of a particle and an image possibly by the image, and adds to both points (an
+// image's own result is never returned: StagedTiles.cu, isImage). Both shells and both reaches on every box of
+// EnginePeriodic, R above half the box among them: counts exact, and density of one mass for
+// every point (the cubic and the quintic spline: the half shell's fixed point) within 1e-5 of a
+// double brute force over the images.
+TEST(EnginePeriodicBox, StagedTilesShellsMatchDoubleBruteForceOverImages)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
+  }
+  for (const char* box : { "small", "large", "oneAxis", "planar" })
+  {
+    PeriodicCase c = makePeriodicCase(box);
+    std::fill(c.particles.mass.begin(), c.particles.mass.end(), LoopReference::oneMass);
+    const PeriodicReference ref(c, c.particles.xyz, true);
+    const std::int64_t n = c.particles.size();
+    for (const char* variant : { "1 half", "1 full", "2 half", "2 full" })
+    {
+      const std::string reach(variant, 1), shell(variant + 2);
+      SCOPED_TRACE(c.name + ", NEIGHBORGRID_TILES_REACH=" + reach + ", NEIGHBORGRID_TILES_SHELL=" + shell);
+      const ScopedKnob reachKnob("NEIGHBORGRID_TILES_REACH", reach.c_str());
+      const ScopedKnob shellKnob("NEIGHBORGRID_TILES_SHELL", shell.c_str());
+      Engine engine;
+      Request r = periodicRequest(c, Method::StagedTiles);
+      r.operation = Operation::NeighborCount;
+      std::vector<std::int32_t> counts(n, -7);
+      r.neighborCount = counts.data();
+      EXPECT_GT(engine.run(r).periodicImages, 0);
+      int bad = 0;
+      for (std::int64_t i = 0; i < n; ++i)
+      {
+        const auto want = static_cast<std::int32_t>(ref.neighbors[i].size()) - 1;
+        if (counts[i] != want && bad++ < 5)
+        {
+          ADD_FAILURE() << "point " << i << ": count " << counts[i] << ", reference " << want;
+        }
+      }
+      EXPECT_EQ(bad, 0);
+      for (const Kernel kernel : { Kernel::CubicSpline, Kernel::QuinticSpline })
+      {
+        SCOPED_TRACE(toString(kernel));
+        r.operation = Operation::Density;
+        r.neighborCount = nullptr;
+        r.kernel = kernel;
+        r.mass = nullptr;
+        r.constantMass = LoopReference::oneMass;
+        std::vector<float> rho(n, -1.0f);
+        r.density = rho.data();
+        engine.run(r);
+        expectClose(rho, ref.density(c, kernel), "periodic density of one mass");
+      }
+      if (HasFailure())
+      {
+        return;
+      }
+    }
+  }
+}
 
 /// R far beyond the box (hundreds of images per particle): every image within R counts, the
 /// particles' results computed at the particles only (Periodic.h, imagesPerParticleForQueries),

@@ -66,6 +66,7 @@
 #include <thrust/iterator/transform_iterator.h>
 
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <string>
@@ -77,6 +78,31 @@ namespace detail
 {
 namespace
 {
+
+/// A testing or benchmarking knob of Staged Tiles (NEIGHBORGRID_TILES_*): its value, or empty
+/// where it is unset. A value not among `allowed` is refused, so that a misspelled knob never
+/// measures or tests another path without saying so.
+std::string tilesKnob(const char* name, std::initializer_list<const char*> allowed)
+{
+  const char* knob = std::getenv(name);
+  if (!knob)
+  {
+    return "";
+  }
+  const std::string value = knob;
+  std::string takes;
+  std::size_t k = 0;
+  for (const char* a : allowed)
+  {
+    if (value == a)
+    {
+      return value;
+    }
+    takes += (k == 0 ? "" : k + 1 == allowed.size() ? " or " : ", ") + ("'" + std::string(a) + "'");
+    ++k;
+  }
+  throw Error("NeighborGrid: " + std::string(name) + " is '" + value + "'; it takes " + takes);
+}
 
 constexpr int tileThreads = 256;
 constexpr int maxReach = 2;                                // neighbors lie within one or two cells
@@ -804,9 +830,14 @@ __device__ __forceinline__ bool isNeighborInDouble(const TileSearch& g, const Op
 
 /// Whether own point si is a periodic image made on the device: a neighbor of the particles only,
 /// since the engine returns the particles' results and an image's density is its particle's
-/// (CudaBackend.cu, divideWeightsByDensity). The loops per point skip its sums: where a warp
-/// holds particles too its image lanes only idle, but a warp of images alone (a tile's rows
-/// beyond a face along y or z) costs nothing.
+/// (CudaBackend.cu, divideWeightsByDensity). The loops over every neighbor skip its sums: where a
+/// warp holds particles too its image lanes only idle, but a warp of images alone (a tile's rows
+/// beyond a face along y or z) costs nothing. The half shell searches an image as any point: a
+/// pair of an image and a particle may fall to the image, and it adds to both, so each particle
+/// gets the terms of every point within R of it, images included, as over every neighbor. What
+/// goes to an image stays in its entry of the results, which the engine never returns
+/// (Problem::returnedCount). On the H200, 4M points in a periodic box (`--periodic`, Auto): the
+/// density search took 1.44 -> 1.16 ms (RESULTS.md, issue 22).
 __device__ __forceinline__ bool isImage(const TileSearch& g, int si)
 {
   // Without images the test reads nothing: the open box's loops stay as they were.
@@ -1490,6 +1521,24 @@ __device__ __forceinline__ void addStagedCounters(const TileSearch& g, const Sta
   }
 }
 
+/// Calls visit(x, y, z, si, qi, pi) for each own point of the chunk that this thread takes: its
+/// cell's place (x, y, z) in the region, its global position si, its staged position qi and its
+/// staged copy pi, in registers. (Given as a reference to shared memory, pi was read again for
+/// every pair: the counters' atomics may alias it. That took the 4M count search 0.930 -> 1.040
+/// ms and density's 1.000 -> 1.166 on the H200.)
+template <class Visit>
+__device__ __forceinline__ void forEachOwnStagedPoint(const StagedRegion& r, int chunkBegin, int chunkEnd, Visit&& visit)
+{
+  for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
+  {
+    int x, y, z, offset;
+    const int k = r.ownCell<true>(t, x, y, z, offset);
+    const int qi = r.stagedStart(k) + offset;
+    const Particle pi = r.points[qi];
+    visit(x, y, z, r.cellFirst[k] + offset, qi, pi);
+  }
+}
+
 /// Own point si (pi, staged at qi) over its half shell (`steps` steps of its column): the pairs
 /// the float test decides, then those within rounding of R decided in double (listed as the loop
 /// over every neighbor lists them where the run has decided many, else counted and the last kept:
@@ -1561,13 +1610,7 @@ __device__ void countHalfShells(const TileSearch& g, const CountOperation& op, c
   std::uint32_t* rows, int chunkBegin, int chunkEnd, unsigned long long* decided)
 {
   const bool listsBand = *static_cast<volatile unsigned long long*>(decided) >= g.listBandFrom;
-  for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
-  {
-    int x, y, z, offset;
-    const int k = r.ownCell<true>(t, x, y, z, offset);
-    const int si = r.cellFirst[k] + offset;
-    const int qi = r.stagedStart(k) + offset;
-    const Particle pi = r.points[qi];
+  forEachOwnStagedPoint(r, chunkBegin, chunkEnd, [&](int x, int y, int z, int si, int qi, const Particle& pi) {
     // The half shell's rows (at most 13 of the column's 25), its own row from qi + 1 on.
     const int steps = listPointRows<2, RowFormat<false>, true>(g, r, pi, x, y, z, rows, qi);
     if (listsBand)
@@ -1578,7 +1621,7 @@ __device__ void countHalfShells(const TileSearch& g, const CountOperation& op, c
     {
       countHalfShellPoint<false>(g, op, r, rows + threadIdx.x, steps, pi, si, qi, decided);
     }
-  }
+  });
   addStagedCounters(g, r, [&](int input, int c) { atomicAdd(&g.halfShellCounts[input], c); });
 }
 
@@ -1687,16 +1730,10 @@ __device__ void densityHalfShells(const TileSearch& g, const DensityOperation& o
   std::uint32_t* rows, int chunkBegin, int chunkEnd)
 {
   const HalfShellFixedPoint fixed = HalfShellFixedPoint::forChunk(chunkEnd - chunkBegin, kernelShapeFromSquared(op.kernel, 0.0f));
-  for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
-  {
-    int x, y, z, offset;
-    const int k = r.ownCell<true>(t, x, y, z, offset);
-    const int si = r.cellFirst[k] + offset;
-    const int qi = r.stagedStart(k) + offset;
-    const Particle pi = r.points[qi];
+  forEachOwnStagedPoint(r, chunkBegin, chunkEnd, [&](int x, int y, int z, int si, int qi, const Particle& pi) {
     const int steps = listPointRows<candidatesPerStep<DensityOperation>(), RowFormat<false>, true>(g, r, pi, x, y, z, rows, qi);
     densityHalfShellPoint(g, op, r, rows + threadIdx.x, steps, pi, si, fixed);
-  }
+  });
   addStagedCounters(g, r, [&](int input, int c) {
     atomicAdd(&g.halfShellDensities[input], fixed.value(unsigned(c)) * g.halfShellDensityScale);
   });
@@ -2747,6 +2784,7 @@ public:
     uniform_ = lambda > 0.0;
     // The half shell where its tiles fit a uniform cloud's regions, or where the knob asks for it.
     halfShell_ = takesHalfShell(p) && (chooseHalfShellTiles(*run.device, lambda, maxCapacity) || shellKnob_ == "half");
+    halfShellMass_ = p.constantMass;
     if (!halfShell_)
     {
       chooseDepthAndCapacity(*run.device, lambda, perCell, maxCapacity);
@@ -2880,13 +2918,9 @@ private:
   /// benchmarking knob) takes one for every run.
   static int reachFor(const Problem& p)
   {
-    if (const char* knob = std::getenv("NEIGHBORGRID_TILES_REACH"))
+    const std::string reach = tilesKnob("NEIGHBORGRID_TILES_REACH", { "1", "2" });
+    if (!reach.empty())
     {
-      const std::string reach = knob;
-      if (reach != "1" && reach != "2")
-      {
-        throw Error("NeighborGrid: NEIGHBORGRID_TILES_REACH is '" + reach + "'; it takes '1' or '2'");
-      }
       return reach == "1" ? 1 : 2;
     }
     const double size = cellSizeFor(p.radius, 1);
@@ -2902,13 +2936,9 @@ private:
   /// 22). NEIGHBORGRID_TILES_BINS=1|2|4 (a testing and benchmarking knob) asks for that many bins.
   static int xBinBitsWanted()
   {
-    if (const char* knob = std::getenv("NEIGHBORGRID_TILES_BINS"))
+    const std::string bins = tilesKnob("NEIGHBORGRID_TILES_BINS", { "1", "2", "4" });
+    if (!bins.empty())
     {
-      const std::string bins = knob;
-      if (bins != "1" && bins != "2" && bins != "4")
-      {
-        throw Error("NeighborGrid: NEIGHBORGRID_TILES_BINS is '" + bins + "'; it takes '1', '2' or '4'");
-      }
       return bins == "1" ? 0 : bins == "2" ? 1 : 2;
     }
     return RadixCells::maxXBinBits;
@@ -2939,14 +2969,9 @@ private:
   template <class Op>
   static bool usesClusterPairs(bool stagesValues)
   {
-    if (const char* knob = std::getenv("NEIGHBORGRID_TILES_LOOP"))
+    const std::string loop = tilesKnob("NEIGHBORGRID_TILES_LOOP", { "points", "clusters" });
+    if (!loop.empty())
     {
-      const std::string loop = knob;
-      if (loop != "points" && loop != "clusters")
-      {
-        // A misspelled knob must not measure the other loop without saying so.
-        throw Error("NeighborGrid: NEIGHBORGRID_TILES_LOOP is '" + loop + "'; it takes 'points' or 'clusters'");
-      }
       return loop == "clusters";
     }
     return !stagesValues && Op::Terms >= 3;
@@ -3156,13 +3181,7 @@ private:
   /// refused.
   static std::string depthKnob()
   {
-    const char* knob = std::getenv("NEIGHBORGRID_TILES_DEPTH");
-    const std::string depth = knob ? knob : "";
-    if (knob && depth != "cube" && depth != "deeper" && depth != "deepest")
-    {
-      throw Error("NeighborGrid: NEIGHBORGRID_TILES_DEPTH is '" + depth + "'; it takes 'cube', 'deeper' or 'deepest'");
-    }
-    return depth;
+    return tilesKnob("NEIGHBORGRID_TILES_DEPTH", { "cube", "deeper", "deepest" });
   }
   /// The half shell's shared memory a block (stagedTilesCountHalfShells): its row lists and its
   /// staged points, whose weights hold their counters (stagedCounter).
@@ -3202,13 +3221,8 @@ private:
   /// one wherever the cells are of R.
   static bool searchesByPoint(double perOccupiedCell)
   {
-    const char* knob = std::getenv("NEIGHBORGRID_TILES_STAGING");
-    const std::string staging = knob ? knob : "";
-    if (knob && staging != "tiles" && staging != "points")
-    {
-      throw Error("NeighborGrid: NEIGHBORGRID_TILES_STAGING is '" + staging + "'; it takes 'tiles' or 'points'");
-    }
-    return knob ? staging == "points" : perOccupiedCell < sparsePointsPerCell;
+    const std::string staging = tilesKnob("NEIGHBORGRID_TILES_STAGING", { "tiles", "points" });
+    return !staging.empty() ? staging == "points" : perOccupiedCell < sparsePointsPerCell;
   }
 
   /// The pairs decided in double from which on a block lists its pairs within rounding of R
@@ -3216,13 +3230,8 @@ private:
   /// testing and benchmarking knob) takes one way everywhere.
   static unsigned long long listBandFrom(int n)
   {
-    const char* knob = std::getenv("NEIGHBORGRID_TILES_BAND");
-    const std::string band = knob ? knob : "";
-    if (knob && band != "counted" && band != "listed")
-    {
-      throw Error("NeighborGrid: NEIGHBORGRID_TILES_BAND is '" + band + "'; it takes 'counted' or 'listed'");
-    }
-    if (knob)
+    const std::string band = tilesKnob("NEIGHBORGRID_TILES_BAND", { "counted", "listed" });
+    if (!band.empty())
     {
       return band == "listed" ? 0ull : ~0ull;
     }
@@ -3234,14 +3243,15 @@ private:
   /// (chooseHalfShellTiles, which may still turn it down): on clouds of uniform density, where
   /// nearly every tile fits shared memory (a tile that does not adds each neighbor to the results
   /// in global memory, which in a dense clump would take an atomic a pair), in cells of R / 2,
-  /// without periodic images (whose sums the loop over every neighbor skips), separate queries or
-  /// a radius layer, with wide row entries and one thread a point. Density's masses from an array
-  /// keep the loop over every neighbor: the half shell's counters take the staged weights. In cells of R the gain is mixed: on the H200 a simple cubic lattice of 4M points with
+  /// with or without periodic images (isImage), without separate queries or a
+  /// radius layer, with wide row entries and one thread a point. Density's masses from an array
+  /// keep the loop over every neighbor: the half shell's counters take the staged weights. In
+  /// cells of R the gain is mixed: on the H200 a simple cubic lattice of 4M points with
   /// R on a shell took 1.577 -> 0.957 ms (half its pairs at R to decide in double), but FCC
   /// crystals of a dozen or two neighbors, R on the first shell, past it and at 1.7, took 1.478 ->
   /// 1.608, 0.678 -> 0.722 and 0.526 -> 0.518 (RESULTS.md, issue 22).
   /// NEIGHBORGRID_TILES_SHELL=half|full (a benchmarking knob) takes one where both can run.
-  bool takesHalfShell(const Problem& p)
+  bool takesHalfShell(const Problem& p) const
   {
     // The loop knob is read on every run, so that a misspelling is refused; forced to cluster
     // pairs, count and density keep them.
@@ -3249,21 +3259,13 @@ private:
     const bool counts = p.operation == Operation::NeighborCount && !clusterPairs;
     // Density with one mass for every point (its staged weights hold the counters), band-free.
     const bool sumsDensity = p.operation == Operation::Density && !p.mass && !hugeCells_ && !clusterPairs;
-    const bool runs = (counts || sumsDensity) && p.images == 0 && !p.queries.separate && !p.radiusPass &&
-      rowsKnob() != "narrow";
-    halfShellMass_ = p.constantMass;
+    const bool runs = (counts || sumsDensity) && !p.queries.separate && !p.radiusPass && rowsKnob() != "narrow";
     return runs && (shellKnob_.empty() ? uniform_ && reach_ == 2 : shellKnob_ == "half");
   }
   /// NEIGHBORGRID_TILES_SHELL, read on every run (sort), so that a misspelling is refused.
   static std::string shellKnob()
   {
-    const char* knob = std::getenv("NEIGHBORGRID_TILES_SHELL");
-    const std::string shell = knob ? knob : "";
-    if (knob && shell != "half" && shell != "full")
-    {
-      throw Error("NeighborGrid: NEIGHBORGRID_TILES_SHELL is '" + shell + "'; it takes 'half' or 'full'");
-    }
-    return shell;
+    return tilesKnob("NEIGHBORGRID_TILES_SHELL", { "half", "full" });
   }
   /// Narrow row entries (RowFormat<true>) for smoothing of two to four staged components, where
   /// they let more blocks share an SM than wide ones and the tile's capacity fits their
@@ -3294,13 +3296,7 @@ private:
   /// NEIGHBORGRID_TILES_ROWS: "narrow", "wide" or empty (unset); a misspelling is refused.
   static std::string rowsKnob()
   {
-    const char* knob = std::getenv("NEIGHBORGRID_TILES_ROWS");
-    const std::string rows = knob ? knob : "";
-    if (knob && rows != "narrow" && rows != "wide")
-    {
-      throw Error("NeighborGrid: NEIGHBORGRID_TILES_ROWS is '" + rows + "'; it takes 'narrow' or 'wide'");
-    }
-    return rows;
+    return tilesKnob("NEIGHBORGRID_TILES_ROWS", { "narrow", "wide" });
   }
   /// The search's resident blocks an SM, asked of the driver once a kernel and size.
   template <class Op, bool Banded, bool NarrowRows>
