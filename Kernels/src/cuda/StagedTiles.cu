@@ -47,11 +47,14 @@
 //    lets through more candidates than a point's own sphere, and finding them takes a pass of
 //    its own: on the 4M density row cluster pairs issued 1.4x the instructions of the loop per
 //    point, so they pay only where each pair's terms cost more than its test (RESULTS.md, issue 22).
-//  - No symmetric evaluation (CLAWS): adding each pair's terms to both points needs atomics in
-//    shared memory, and the sums here are compensated (Kahan) in registers, which atomics cannot
-//    keep. Measured on the H100 (RESULTS.md, 2026-11-27): a half shell with shared atomics was
-//    exact but slower (count 1.97 against 1.85 ms, density 3.55 against 2.23): a float atomic add
-//    to shared memory is a compare-and-swap loop on sm_90, and staging and row lists stay whole.
+//  - Symmetric evaluation (CLAWS: each pair tested once and added to both points) only where its
+//    shared-memory atomics are integer adds: Neighbor Count, and density where every point has
+//    one mass, in 32-bit fixed point (countHalfShells, densityHalfShells), on uniform clouds in
+//    cells of R / 2, periodic images included. On the 4M rows on the H200 their searches took
+//    1.25 -> 0.93 ms (count) and 1.25 -> 1.00 (density). The other sums stay compensated (Kahan)
+//    in registers over every neighbor: a float atomic add to shared memory is a compare-and-swap
+//    loop on sm_90 (on the H100 a first half shell took density 2.23 -> 3.55 ms; RESULTS.md,
+//    issue 22).
 //  - Tiles are found from the occupied cells (the first occupied cell of each tile leads it), so
 //    a far outlier adds one tile and no empty ones; a huge axis (CellGrid.h) is its own tile.
 //  - A tile whose staged region does not fit in shared memory (a dense cluster) reads its
