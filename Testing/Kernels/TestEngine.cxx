@@ -2220,6 +2220,27 @@ Request periodicRequest(const PeriodicCase& c, Method method)
   return r;
 }
 
+/// Neighbor Count of request r over the periodic particles: every image within R, the point itself
+/// excluded, exactly as the reference's.
+void expectCountsOverImages(Engine& engine, Request r, const PeriodicReference& ref)
+{
+  const std::int64_t n = static_cast<std::int64_t>(ref.neighbors.size());
+  r.operation = Operation::NeighborCount;
+  std::vector<std::int32_t> counts(n, -7);
+  r.neighborCount = counts.data();
+  EXPECT_GT(engine.run(r).periodicImages, 0);
+  int bad = 0;
+  for (std::int64_t i = 0; i < n; ++i)
+  {
+    const auto want = static_cast<std::int32_t>(ref.neighbors[i].size()) - 1;
+    if (counts[i] != want && bad++ < 5)
+    {
+      ADD_FAILURE() << "point " << i << ": count " << counts[i] << ", reference " << want;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
 class EnginePeriodic : public testing::TestWithParam<std::string>
 {
 };
@@ -2261,25 +2282,7 @@ TEST_P(EnginePeriodic, EveryOperationMatchesDoubleBruteForceOverImages)
     const Request base = periodicRequest(c, method);
     const std::vector<double> inputBefore = c.particles.xyz;
 
-    // Count: every image within R, the point itself excluded.
-    {
-      Request r = base;
-      r.operation = Operation::NeighborCount;
-      std::vector<std::int32_t> counts(n, -7);
-      r.neighborCount = counts.data();
-      const Report report = engine.run(r);
-      int bad = 0;
-      for (std::int64_t i = 0; i < n; ++i)
-      {
-        const auto want = static_cast<std::int32_t>(ref.neighbors[i].size()) - 1;
-        if (counts[i] != want && bad++ < 5)
-        {
-          ADD_FAILURE() << "point " << i << ": count " << counts[i] << ", reference " << want;
-        }
-      }
-      EXPECT_EQ(bad, 0);
-      EXPECT_GT(report.periodicImages, 0);
-    }
+    expectCountsOverImages(engine, base, ref);
     // Density, every kernel.
     for (Kernel kernel : { Kernel::CubicSpline, Kernel::QuarticSpline, Kernel::QuinticSpline, Kernel::WendlandC2 })
     {
@@ -2344,63 +2347,78 @@ TEST_P(EnginePeriodic, EveryOperationMatchesDoubleBruteForceOverImages)
 
 INSTANTIATE_TEST_SUITE_P(Boxes, EnginePeriodic, testing::Values("small", "large", "oneAxis", "planar"));
 
+/// Staged Tiles over case c, once for each variant "reach shell" (NEIGHBORGRID_TILES_REACH and
+/// NEIGHBORGRID_TILES_SHELL): counts exact, and density of one mass for every point (the cubic and
+/// the quintic spline: the half shell's fixed point) within 1e-5 of a double brute force over the
+/// images.
+void expectStagedTilesOverImages(PeriodicCase c, std::initializer_list<const char*> variants)
+{
+  std::fill(c.particles.mass.begin(), c.particles.mass.end(), LoopReference::oneMass);
+  const PeriodicReference ref(c, c.particles.xyz, true);
+  const std::int64_t n = c.particles.size();
+  for (const char* variant : variants)
+  {
+    const std::string reach(variant, 1), shell(variant + 2);
+    SCOPED_TRACE(c.name + ", NEIGHBORGRID_TILES_REACH=" + reach + ", NEIGHBORGRID_TILES_SHELL=" + shell);
+    const ScopedKnob reachKnob("NEIGHBORGRID_TILES_REACH", reach.c_str());
+    const ScopedKnob shellKnob("NEIGHBORGRID_TILES_SHELL", shell.c_str());
+    Engine engine;
+    Request r = periodicRequest(c, Method::StagedTiles);
+    expectCountsOverImages(engine, r, ref);
+    for (const Kernel kernel : { Kernel::CubicSpline, Kernel::QuinticSpline })
+    {
+      SCOPED_TRACE(toString(kernel));
+      r.operation = Operation::Density;
+      r.kernel = kernel;
+      r.mass = nullptr;
+      r.constantMass = LoopReference::oneMass;
+      std::vector<float> rho(n, -1.0f);
+      r.density = rho.data();
+      engine.run(r);
+      expectClose(rho, ref.density(c, kernel), "periodic density of one mass");
+    }
+    if (::testing::Test::HasFailure())
+    {
+      return;
+    }
+  }
+}
+
 // Staged Tiles' half shell with periodic images (StagedTiles::takesHalfShell): each pair is tested
 // once, a pair of a particle and an image possibly by the image, and adds to both points (an
-// image's own result is never returned: StagedTiles.cu, isImage). Both shells and both reaches on every box of
-// EnginePeriodic, R above half the box among them: counts exact, and density of one mass for
-// every point (the cubic and the quintic spline: the half shell's fixed point) within 1e-5 of a
-// double brute force over the images.
+// image's own result is never returned: StagedTiles.cu, isImage). Both shells and both reaches on
+// every box of EnginePeriodic, R above half the box among them, and on a face-centred crystal
+// that fills its periodic box with R on its first shell: its twelve pairs a point, images
+// included, lie within rounding of R and are decided in double, from the particle's side or the
+// image's, counted and listed (BandPairs).
 TEST(EnginePeriodicBox, StagedTilesShellsMatchDoubleBruteForceOverImages)
 {
   if (backendUnderTest != Backend::CUDA)
   {
     GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
   }
+  const std::initializer_list<const char*> variants = { "1 half", "1 full", "2 half", "2 full" };
   for (const char* box : { "small", "large", "oneAxis", "planar" })
   {
-    PeriodicCase c = makePeriodicCase(box);
-    std::fill(c.particles.mass.begin(), c.particles.mass.end(), LoopReference::oneMass);
-    const PeriodicReference ref(c, c.particles.xyz, true);
-    const std::int64_t n = c.particles.size();
-    for (const char* variant : { "1 half", "1 full", "2 half", "2 full" })
+    expectStagedTilesOverImages(makePeriodicCase(box), variants);
+    if (HasFailure())
     {
-      const std::string reach(variant, 1), shell(variant + 2);
-      SCOPED_TRACE(c.name + ", NEIGHBORGRID_TILES_REACH=" + reach + ", NEIGHBORGRID_TILES_SHELL=" + shell);
-      const ScopedKnob reachKnob("NEIGHBORGRID_TILES_REACH", reach.c_str());
-      const ScopedKnob shellKnob("NEIGHBORGRID_TILES_SHELL", shell.c_str());
-      Engine engine;
-      Request r = periodicRequest(c, Method::StagedTiles);
-      r.operation = Operation::NeighborCount;
-      std::vector<std::int32_t> counts(n, -7);
-      r.neighborCount = counts.data();
-      EXPECT_GT(engine.run(r).periodicImages, 0);
-      int bad = 0;
-      for (std::int64_t i = 0; i < n; ++i)
-      {
-        const auto want = static_cast<std::int32_t>(ref.neighbors[i].size()) - 1;
-        if (counts[i] != want && bad++ < 5)
-        {
-          ADD_FAILURE() << "point " << i << ": count " << counts[i] << ", reference " << want;
-        }
-      }
-      EXPECT_EQ(bad, 0);
-      for (const Kernel kernel : { Kernel::CubicSpline, Kernel::QuinticSpline })
-      {
-        SCOPED_TRACE(toString(kernel));
-        r.operation = Operation::Density;
-        r.neighborCount = nullptr;
-        r.kernel = kernel;
-        r.mass = nullptr;
-        r.constantMass = LoopReference::oneMass;
-        std::vector<float> rho(n, -1.0f);
-        r.density = rho.data();
-        engine.run(r);
-        expectClose(rho, ref.density(c, kernel), "periodic density of one mass");
-      }
-      if (HasFailure())
-      {
-        return;
-      }
+      return;
+    }
+  }
+  PeriodicCase crystal;
+  crystal.name = "face-centred crystal";
+  crystal.particles = latticeOf("face-centred", 0.25, 8); // sites at 0.25 k, k = 0..15
+  crystal.lengths[0] = crystal.lengths[1] = crystal.lengths[2] = 4.0;
+  crystal.radius = 0.25 * std::sqrt(2.0);
+  for (const char* band : { "counted", "listed" })
+  {
+    SCOPED_TRACE(std::string("NEIGHBORGRID_TILES_BAND=") + band);
+    const ScopedKnob bandKnob("NEIGHBORGRID_TILES_BAND", band);
+    expectStagedTilesOverImages(crystal, variants);
+    if (HasFailure())
+    {
+      return;
     }
   }
 }
