@@ -840,7 +840,7 @@ __device__ __forceinline__ bool isNeighborInDouble(const TileSearch& g, const Op
 /// gets the terms of every point within R of it, images included, as over every neighbor. What
 /// goes to an image stays in its entry of the results, which the engine never returns
 /// (Problem::returnedCount). On the H200, 4M points in a periodic box (`--periodic`, Auto): the
-/// density search took 1.44 -> 1.16 ms (RESULTS.md, issue 22).
+/// density search took 1.44 -> 1.15 ms (RESULTS.md, issue 22).
 __device__ __forceinline__ bool isImage(const TileSearch& g, int si)
 {
   // Without images the test reads nothing: the open box's loops stay as they were.
