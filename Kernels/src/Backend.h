@@ -134,7 +134,8 @@ struct Problem
   const RadiusPass* radiusPass = nullptr;
   // Images made by the backend (BackendImplementation::makesPeriodicImages): prepareCoordinates
   // appends them to the particles, so `count` includes them and `images` says how many; only the
-  // caller's particles' results are returned (Staged Tiles skips the images' sums).
+  // caller's particles' results are returned (Staged Tiles skips the images' sums, or over the half
+  // shell adds each pair of a particle and an image to both: StagedTiles.cu, isImage).
   bool imagesByBackend = false;
   PeriodicImages box;
   std::int64_t images = 0;
