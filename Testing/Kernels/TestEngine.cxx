@@ -2423,6 +2423,68 @@ TEST(EnginePeriodicBox, StagedTilesShellsMatchDoubleBruteForceOverImages)
   }
 }
 
+// The half shell with periodic images on the path it takes by default: a uniform cloud of about
+// 80 neighbors a point (cells of R / 2, the half shell's own tiles, some of over 256 own points in
+// two blocks), 300,000 points in a periodic box, against the loop over every neighbor
+// (NEIGHBORGRID_TILES_SHELL=full, exact against double brute forces over the images above):
+// counts identical, density of one mass within 1e-5 (its sums run in another order). The half
+// shell decides a pair within rounding of R once, the loop over every neighbor from both of its
+// particles, so fewer pairs decided in double show that the default took the half shell.
+TEST(EnginePeriodicBox, StagedTilesHalfShellMatchesEveryNeighborAtScale)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
+  }
+  PeriodicCase c;
+  c.name = "uniform, periodic";
+  c.particles = ngtest::makeCloud("uniform", 300000, 30.0, 83, false);
+  c.lengths[0] = c.lengths[1] = c.lengths[2] = 30.0;
+  c.radius = 1.2;
+  const std::size_t n = static_cast<std::size_t>(c.particles.size());
+  std::vector<std::int32_t> counts[2];
+  std::vector<float> rho[2];
+  std::int64_t decided[2] = { 0, 0 };
+  for (int full = 0; full < 2; ++full)
+  {
+    std::unique_ptr<ScopedKnob> shellKnob;
+    if (full)
+    {
+      shellKnob = std::make_unique<ScopedKnob>("NEIGHBORGRID_TILES_SHELL", "full");
+    }
+    Engine engine;
+    Request r = periodicRequest(c, Method::StagedTiles);
+    r.operation = Operation::NeighborCount;
+    counts[full].assign(n, -7);
+    r.neighborCount = counts[full].data();
+    const Report report = engine.run(r);
+    EXPECT_GT(report.periodicImages, 0);
+    decided[full] = report.pairsDecidedInDouble;
+    r.neighborCount = nullptr;
+    r.operation = Operation::Density;
+    r.constantMass = LoopReference::oneMass;
+    rho[full].assign(n, -1.0f);
+    r.density = rho[full].data();
+    engine.run(r);
+  }
+  const double mean = std::accumulate(counts[1].begin(), counts[1].end(), 0.0) / double(n);
+  EXPECT_GT(mean, 70.0) << "the cloud should give about 80 neighbors a point";
+  EXPECT_LT(mean, 90.0) << "the cloud should give about 80 neighbors a point";
+  int bad = 0;
+  for (std::size_t i = 0; i < n; ++i)
+  {
+    if (counts[0][i] != counts[1][i] && bad++ < 5)
+    {
+      ADD_FAILURE() << "point " << i << ": count " << counts[0][i] << " by default, " << counts[1][i] << " over every neighbor";
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  expectClose(rho[0], std::vector<double>(rho[1].begin(), rho[1].end()), "density by default against every neighbor's");
+  RecordProperty("pairs_decided_in_double", std::to_string(decided[0]) + " by default, " + std::to_string(decided[1]) + " over every neighbor");
+  EXPECT_GT(decided[1], 0);
+  EXPECT_LT(decided[0], decided[1]) << "the default should take the half shell";
+}
+
 /// R far beyond the box (hundreds of images per particle): every image within R counts, the
 /// particles' results computed at the particles only (Periodic.h, imagesPerParticleForQueries),
 /// float and double input, against a double brute force over the images.
