@@ -2787,7 +2787,6 @@ public:
     uniform_ = lambda > 0.0;
     // The half shell where its tiles fit a uniform cloud's regions, or where the knob asks for it.
     halfShell_ = takesHalfShell(p) && (chooseHalfShellTiles(*run.device, lambda, maxCapacity) || shellKnob_ == "half");
-    halfShellMass_ = p.constantMass;
     if (!halfShell_)
     {
       chooseDepthAndCapacity(*run.device, lambda, perCell, maxCapacity);
@@ -3015,7 +3014,7 @@ private:
           NG_CUDA_CHECK(cudaMemsetAsync(op.output, 0, sizeof(float) * std::size_t(run.count), run.stream),
             "clearing the densities");
           search.halfShellDensities = op.output;
-          search.halfShellDensityScale = halfShellMass_ * op.kernel.normalization;
+          search.halfShellDensityScale = run.problem->constantMass * op.kernel.normalization;
           launchHalfShell(run, stagedTilesDensityHalfShells, search, op);
         }
         return;
@@ -3324,7 +3323,6 @@ private:
   DeviceBuffer<TileItem> itemList_;
   bool uniform_ = false; // the occupied cells hold what a uniform cloud's would (uniformPointsPerCell)
   bool halfShell_ = false; // count or density over the half shell (takesHalfShell), on its own tiles
-  float halfShellMass_ = 1.0f; // density over the half shell: every point's mass
   std::string shellKnob_;
   TileSearch search_;
   PairTest pointTest_; // the search by point (sparse data): frames of 3 cells
