@@ -385,10 +385,53 @@ struct TileGrid
   }
 };
 
-/// ownPoints[t] = the own points of grid tile t, a warp a tile: a lookup a cell of the tile, no
-/// atomics. A lane's lookups are all issued before their cells' starts are read, so that the warp
-/// waits on two reads in a row, not six (the 4M rows on the H200: 17.7-18.0 -> 16.0-16.3 us).
-__global__ void countGridTiles(CellTable fine, TileGrid grid, int tiles, std::int32_t* __restrict__ ownPoints)
+/// Own points of a tile per block: all of a tile that can stage its region, in blocks of 1024; a
+/// tile whose region would not fit at its own points' density reads candidates from global
+/// memory and gets a block per 256 points. Any split is correct; this one only sets the speed.
+/// The staged estimate ownTotal (staged cells / own cells) is compared with the capacity in
+/// integers: with a division in double, the scan of the 64M row's 24M cells (TileChunks) took 159
+/// us on the H200 instead of 76.
+__host__ __device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, int depth, int reach, int capacity)
+{
+  if (depth > side + 1)
+  {
+    // The half shell's deepest tiles (chooseHalfShellTiles) hold about a block's threads: a tile
+    // a little over them takes a second block rather than a second round of its first.
+    return tileThreads;
+  }
+  const int S = side + 2 * reach, D = depth + 2 * reach;
+  const bool fits = std::int64_t(ownTotal) * (S * S * D) <= std::int64_t(capacity) * (side * side * depth);
+  return fits ? 4 * tileThreads : tileThreads;
+}
+
+/// The work items of a tile of `own` points (chunkPointsFor): of(own) for a grid tile
+/// (countGridTileItems), or at leader cell k (addToTileLeaders' ownPoints); none where no tile's
+/// points are counted there.
+struct TileChunks
+{
+  const std::int32_t* ownPoints = nullptr; // addToTileLeaders'
+  int side = 1, depth = 1, reach = 1, capacity = 0;
+
+  __host__ __device__ int operator()(int k) const { return of(ownPoints[k]); }
+  /// The work items of a tile of `own` points.
+  __host__ __device__ int of(int own) const
+  {
+    if (own == 0)
+    {
+      return 0;
+    }
+    const int per = chunkPointsFor(own, side, depth, reach, capacity);
+    return (own + per - 1) / per;
+  }
+};
+
+/// itemsOfTile[t] = the work items of grid tile t (chunks.of its own points), a warp a tile: a
+/// lookup a cell of the tile, no atomics. A lane's lookups are all issued before their cells'
+/// starts are read, so that the warp waits on two reads in a row, not six (the 4M rows on the
+/// H200: 17.7-18.0 -> 16.0-16.3 us). The items, not the points, so that their scan reads a plain
+/// array: scanning TileChunks of the points took 13.1 us there, and the sort stage took 0.352-0.353
+/// -> 0.347 ms with this (RESULTS.md, issue 22).
+__global__ void countGridTileItems(CellTable fine, TileGrid grid, int tiles, TileChunks chunks, std::int32_t* __restrict__ itemsOfTile)
 {
   const std::int64_t t = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (t >= tiles) // whole warps: blocks of whole warps
@@ -416,47 +459,9 @@ __global__ void countGridTiles(CellTable fine, TileGrid grid, int tiles, std::in
   own = __reduce_add_sync(0xffffffffu, own);
   if (threadIdx.x % 32 == 0)
   {
-    ownPoints[t] = own;
+    itemsOfTile[t] = chunks.of(own);
   }
 }
-
-/// Own points of a tile per block: all of a tile that can stage its region, in blocks of 1024; a
-/// tile whose region would not fit at its own points' density reads candidates from global
-/// memory and gets a block per 256 points. Any split is correct; this one only sets the speed.
-/// The staged estimate ownTotal (staged cells / own cells) is compared with the capacity in
-/// integers: with a division in double, the scan of the 64M row's 24M cells (TileChunks) took 159
-/// us on the H200 instead of 76.
-__host__ __device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, int depth, int reach, int capacity)
-{
-  if (depth > side + 1)
-  {
-    // The half shell's deepest tiles (chooseHalfShellTiles) hold about a block's threads: a tile
-    // a little over them takes a second block rather than a second round of its first.
-    return tileThreads;
-  }
-  const int S = side + 2 * reach, D = depth + 2 * reach;
-  const bool fits = std::int64_t(ownTotal) * (S * S * D) <= std::int64_t(capacity) * (side * side * depth);
-  return fits ? 4 * tileThreads : tileThreads;
-}
-
-/// The work items of the tile counted at entry k, a grid tile or a leader cell (chunkPointsFor);
-/// none where no tile's points are counted there.
-struct TileChunks
-{
-  const std::int32_t* ownPoints = nullptr; // countGridTiles' or addToTileLeaders'
-  int side = 1, depth = 1, reach = 1, capacity = 0;
-
-  __host__ __device__ int operator()(int k) const
-  {
-    const int own = ownPoints[k];
-    if (own == 0)
-    {
-      return 0;
-    }
-    const int per = chunkPointsFor(own, side, depth, reach, capacity);
-    return (own + per - 1) / per;
-  }
-};
 
 /// The work items of the tile that each occupied cell k leads, from position[k] on (an exclusive
 /// sum of TileChunks): in the cells' key order, so that the blocks resident together stage
@@ -2855,11 +2860,14 @@ private:
     std::int32_t* ownPoints = ownPoints_.ensure(std::size_t(entries) + 1, "each tile's own points");
     std::int32_t* position = position_.ensure(std::size_t(entries) + 1, "the tiles' work item positions");
     const OccupiedCells occupied{ search_.fine, keysByTable_ };
+    const TileChunks chunks{ ownPoints, side_, depth_, reach_, capacity_ };
     if (onGrid)
     {
-      NG_CUDA_CHECK(cudaMemsetAsync(ownPoints + entries, 0, sizeof(std::int32_t), run.stream), "each tile's own points");
-      countGridTiles<<<blocksFor(std::int64_t(entries) * 32), 256, 0, run.stream>>>(search_.fine, grid, entries, ownPoints);
-      NG_CUDA_CHECK_LAUNCH("countGridTiles");
+      // ownPoints holds each grid tile's work items.
+      NG_CUDA_CHECK(cudaMemsetAsync(ownPoints + entries, 0, sizeof(std::int32_t), run.stream), "each tile's work items");
+      countGridTileItems<<<blocksFor(std::int64_t(entries) * 32), 256, 0, run.stream>>>(search_.fine, grid, entries, chunks, ownPoints);
+      NG_CUDA_CHECK_LAUNCH("countGridTileItems");
+      exclusiveSum(ownPoints, position, entries + 1, scratch_, run.stream, "scanning the tiles' work items");
     }
     else
     {
@@ -2867,10 +2875,9 @@ private:
         "each tile's own points");
       addToTileLeaders<<<blocksFor(occupied.count()), 256, 0, run.stream>>>(occupied, side_, depth_, ownPoints);
       NG_CUDA_CHECK_LAUNCH("addToTileLeaders");
+      const auto chunksOfEntry = thrust::make_transform_iterator(thrust::counting_iterator<int>(0), chunks);
+      exclusiveSum(chunksOfEntry, position, entries + 1, scratch_, run.stream, "scanning the tiles' work items");
     }
-    const TileChunks chunks{ ownPoints, side_, depth_, reach_, capacity_ };
-    const auto chunksOfEntry = thrust::make_transform_iterator(thrust::counting_iterator<int>(0), chunks);
-    exclusiveSum(chunksOfEntry, position, entries + 1, scratch_, run.stream, "scanning the tiles' work items");
     TileItem* items = itemList_.ensure(bound, "tile work items");
     if (onGrid)
     {
