@@ -637,36 +637,18 @@ __device__ __forceinline__ float fusedSquaredDistance(const Particle& a, const P
   return __fmaf_rn(dz, dz, __fmaf_rn(dy, dy, __fmul_rn(dx, dx)));
 }
 
-/// Own cell m of a tile in Morton order (side 1, 2 or 4): consecutive own points then lie close
-/// together, so a cluster of four has a small box. A deeper tile (depth side + 1, or side + 2 over
-/// the half shell) has its cube's side^3 cells first, then each layer above it in Morton order of
-/// the plane. AnyDepth: tiles of any depth; otherwise at most one layer above the cube (the loops
-/// over every neighbor), in fewer instructions.
-template <bool AnyDepth = true>
+/// Own cell m of a tile (side 1, 2 or 4 cells along x and y, any depth along z) in row-major
+/// order, x fastest: the 32 own points of a warp then lie mostly in the same rows of cells along
+/// x, whose points list the same rows of staged cells (each trimmed to its point's x bins).
+/// Against the Morton order before it, on the 4M rows on the H200: the searches of count 0.922 ->
+/// 0.906 ms (with about as many instructions: 697.3M against 699.1M), density 0.999 -> 0.989,
+/// Shepard-1 1.349 -> 1.335, Shepard-3 1.876 -> 1.849 (RESULTS.md, issue 22).
 __device__ __forceinline__ void ownCellPlace(int m, int side, int& x, int& y, int& z)
 {
-  const int cube = side * side * side;
-  if (m < cube)
-  {
-    x = (m & 1) | ((m >> 2) & 2);
-    y = ((m >> 1) & 1) | ((m >> 3) & 2);
-    z = ((m >> 2) & 1) | ((m >> 4) & 2);
-    return;
-  }
-  if constexpr (!AnyDepth)
-  {
-    const int l = m - cube;
-    x = (l & 1) | ((l >> 1) & 2);
-    y = ((l >> 1) & 1) | ((l >> 2) & 2);
-    z = side;
-    return;
-  }
-  // The layers above the cube (deeper tiles), each in Morton order of its side x side cells.
-  const int layerBits = 2 * (31 - __clz(side));
-  const int l = m - cube, inLayer = l & ((1 << layerBits) - 1);
-  x = (inLayer & 1) | ((inLayer >> 1) & 2);
-  y = ((inLayer >> 1) & 1) | ((inLayer >> 2) & 2);
-  z = side + (l >> layerBits);
+  const int sideBits = 31 - __clz(side);
+  x = m & (side - 1);
+  y = (m >> sideBits) & (side - 1);
+  z = m >> (2 * sideBits);
 }
 
 /// The block's staged region in shared memory: each staged cell's points in global order
@@ -691,13 +673,11 @@ struct StagedRegion
   const float* values = nullptr;        // stagedComponents() >= 2: the weighted components after the first
   int sentinel = 0;                     // the staged position of a point at infinity
 
-  /// Own point t: its staged cell, place in that cell, and the cell's (x, y, z) in the region
-  /// (AnyDepth: the half shell's tiles, as ownCellPlace).
-  template <bool AnyDepth = false>
+  /// Own point t: its staged cell, place in that cell, and the cell's (x, y, z) in the region.
   __device__ __forceinline__ int ownCell(int t, int& x, int& y, int& z, int& offset) const
   {
     const int m = lastAtMost(ownStart, ownCells, t);
-    ownCellPlace<AnyDepth>(m, side, x, y, z);
+    ownCellPlace(m, side, x, y, z);
     x += reach;
     y += reach;
     z += below;
@@ -1572,7 +1552,7 @@ __device__ __forceinline__ void forEachOwnStagedPoint(const StagedRegion& r, int
   for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
   {
     int x, y, z, offset;
-    const int k = r.ownCell<true>(t, x, y, z, offset);
+    const int k = r.ownCell(t, x, y, z, offset);
     const int qi = r.stagedStart(k) + offset;
     const Particle pi = r.points[qi];
     visit(x, y, z, r.cellFirst[k] + offset, qi, pi);
@@ -1673,7 +1653,7 @@ __device__ void countHalfShellsFromGlobal(
   for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
   {
     int x, y, z, offset;
-    const int k = r.ownCell<true>(t, x, y, z, offset);
+    const int k = r.ownCell(t, x, y, z, offset);
     const int si = r.cellFirst[k] + offset;
     const Particle pi = staged(g.particles[si], x, y, z);
     int count = 0;
@@ -1787,7 +1767,7 @@ __device__ void densityHalfShellsFromGlobal(
   for (int t = chunkBegin + threadIdx.x; t < chunkEnd; t += tileThreads)
   {
     int x, y, z, offset;
-    const int k = r.ownCell<true>(t, x, y, z, offset);
+    const int k = r.ownCell(t, x, y, z, offset);
     const int si = r.cellFirst[k] + offset;
     const Particle pi = staged(g.particles[si], x, y, z);
     RegisterSums<DensityOperation> acc;
@@ -1812,7 +1792,7 @@ __device__ void densityHalfShellsFromGlobal(
 }
 
 // --- A staged tile: cluster pairs (GROMACS's NxM scheme, Páll and Hess 2013) ------------------
-// A warp takes four own points (an i-cluster, consecutive in the tile's Morton order) and the
+// A warp takes four own points (an i-cluster, consecutive in the tile's own order) and the
 // staged points within R of their box; lane (i, j) = (lane % 4, lane / 4) tests point i against
 // every eighth candidate from j on. Each candidate is read from shared memory once for four
 // pair tests, and every lane of the warp has work on every step: the loop per point that this
@@ -2158,7 +2138,7 @@ static_assert(rowListBytes<false>() % scratchAlignment == 0 && rowListBytes<true
 struct StagedCells
 {
   int cellFirst[maxStagedCells]; // where each staged cell's points start in global order
-  int ownStart[maxOwnCells + 1]; // the tile's own points, by own cell (Morton order)
+  int ownStart[maxOwnCells + 1]; // the tile's own points, by own cell (ownCellPlace's order)
   std::uint16_t binStart[maxStagedCells * maxXBins + 1]; // each staged cell's x bins in staged order (fits only)
 };
 
@@ -2282,7 +2262,7 @@ __device__ int placeStagedCells(const TileSearch& g, const StagedRegion& r, cons
   return stagedTotal;
 }
 
-/// The tile's own cells (at most 80) in Morton order (ownCellPlace): one warp scans their counts
+/// The tile's own cells (at most 96) in ownCellPlace's order: one warp scans their counts
 /// into ownStart.
 __device__ void placeOwnCells(const StagedRegion& r, StagedCells& cells)
 {
