@@ -146,7 +146,10 @@ __global__ void insertUniqueKeys(Keys keys, const std::int32_t* __restrict__ sta
 
 /// The selection of cell starts writing an identity table as it goes (selectStarts' output):
 /// cell k starts at position s, so start[k] = s and, but for the end (s = n), the slot of its key
-/// holds k (no pass of its own over the cells); kept[k] = the key when the caller keeps them.
+/// holds k (no pass of its own over the cells); kept[k] = the key when the caller keeps them. The
+/// end's k + 1, the count of starts, goes to the host's pinned word countOnHost: a copy queued
+/// after the selection kept the GPU idle for 8-13 us on the 4M row (H200), its own 1.5-2.2 us and
+/// the switches between the copy engine and the kernels around it (RESULTS.md, issue 22).
 template <class Keys>
 struct IdentityCellsAtStarts
 {
@@ -154,12 +157,18 @@ struct IdentityCellsAtStarts
   std::int32_t* start = nullptr;
   std::int32_t* identityCells = nullptr;
   std::uint64_t* kept = nullptr;
+  int* countOnHost = nullptr;
   int n = 0;
 
   __device__ void operator()(std::ptrdiff_t k, int s) const
   {
     start[k] = s;
-    if (s < n)
+    if (s == n)
+    {
+      *countOnHost = static_cast<int>(k) + 1;
+      __threadfence_system();
+    }
+    else
     {
       const std::uint64_t key = keys[s];
       identityCells[key] = static_cast<std::int32_t>(k);
@@ -231,13 +240,9 @@ std::int64_t lookupBytes(std::int64_t n, const KeyLayout& layout)
 template <class KeyT, class Decomposer>
 struct RadixBuild
 {
-  /// Sorts keys/values (DoubleBuffers in place; the order ends in orderToInput) and queues
-  /// selectStarts, which also fills the cleared identity table identityCells (and kept, when
-  /// given) where one is given.
-  static void sortAndSelectStarts(CudaRun& run, cub::DoubleBuffer<KeyT>& keys, cub::DoubleBuffer<std::int32_t>& values,
-    int bits, int xBinBits, std::int32_t* starts, int* runCount, int* runCountHost,
-    DeviceBuffer<unsigned char>& scratch, std::int32_t* orderToInput, std::int32_t* identityCells,
-    std::uint64_t* kept)
+  /// Sorts keys/values (DoubleBuffers in place; the order ends in orderToInput).
+  static void sortPairs(CudaRun& run, cub::DoubleBuffer<KeyT>& keys, cub::DoubleBuffer<std::int32_t>& values, int bits,
+    int xBinBits, DeviceBuffer<unsigned char>& scratch, std::int32_t* orderToInput)
   {
     bits += xBinBits;
     const int n = static_cast<int>(run.count);
@@ -271,8 +276,6 @@ struct RadixBuild
                       cudaMemcpyDeviceToDevice, run.stream),
         "moving the sorted order");
     }
-    selectStartsFilling(
-      run, cellKeysOf(keys.Current(), xBinBits), starts, runCount, runCountHost, scratch, identityCells, kept);
   }
 
   /// Queues selectStarts over the cells' keys; where identityCells is given (Bits keys, a cleared
@@ -286,8 +289,11 @@ struct RadixBuild
     {
       if (identityCells)
       {
-        const IdentityCellsAtStarts<Keys> sink{ cellKeys, starts, identityCells, kept, static_cast<int>(run.count) };
-        selectStarts(run, cellKeys, thrust::make_tabulate_output_iterator(sink), runCount, runCountHost, scratch);
+        int* countOnHost = nullptr;
+        NG_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&countOnHost), runCountHost, 0),
+          "mapping the cell count");
+        const IdentityCellsAtStarts<Keys> sink{ cellKeys, starts, identityCells, kept, countOnHost, static_cast<int>(run.count) };
+        selectStarts(run, cellKeys, thrust::make_tabulate_output_iterator(sink), runCount, nullptr, scratch);
         return;
       }
     }
@@ -309,9 +315,10 @@ struct RadixBuild
 
   /// Queues the search for where each cell of grouped keys (every key's items adjacent) starts,
   /// and n after the last: `starts` (room for the cells and one more), their number at runCount
-  /// and, once the stream gets there, at runCountHost. One selection of the positions where the key
-  /// changes: 20 us on the 4M row and 188 us on the 64M one (H200), where a run-length encoding
-  /// and a scan of its counts took 31 and 283.
+  /// and, once the stream gets there, at runCountHost where given (else `starts` puts it there:
+  /// IdentityCellsAtStarts). One selection of the positions where the key changes: 20 us on the
+  /// 4M row and 188 us on the 64M one (H200), where a run-length encoding and a scan of its
+  /// counts took 31 and 283.
   template <class Keys, class Starts>
   static void selectStarts(CudaRun& run, Keys keys, Starts starts, int* runCount, int* runCountHost,
     DeviceBuffer<unsigned char>& scratch)
@@ -325,8 +332,11 @@ struct RadixBuild
     void* temp = scratch.ensure(std::max(scratch.bytes(), selectBytes), "cell start scratch");
     NG_CUDA_CHECK(cub::DeviceSelect::If(temp, selectBytes, positions, starts, runCount, n + 1, startsCell, run.stream),
       "finding the cells (where the keys change)");
-    NG_CUDA_CHECK(cudaMemcpyAsync(runCountHost, runCount, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
-      "reading the number of cells");
+    if (runCountHost)
+    {
+      NG_CUDA_CHECK(cudaMemcpyAsync(runCountHost, runCount, sizeof(int), cudaMemcpyDeviceToHost, run.stream),
+        "reading the number of cells");
+    }
   }
 };
 
@@ -409,10 +419,33 @@ std::int32_t* RadixCells::clearedIdentityTable(CudaRun& run, const KeyLayout& la
   }
   const std::size_t slots = std::size_t(1) << log2Slots;
   std::int32_t* identityCells = identityCells_.ensure(slots, "cell lookup table");
-  NG_CUDA_CHECK(cudaMemsetAsync(identityCells, 0xff, slots * sizeof(std::int32_t), run.stream),
+  // On the side stream, once what the stream queued before is done (the last run's searches,
+  // the keys' computation); joinClearedTable joins it before the selection. On the 4M rows on the
+  // H200 the keys' computation then starts 4.4-4.7 us into the sort stage instead of 8.4, after
+  // the 2.9 us of this clearing (RESULTS.md, issue 22).
+  clearingBeside_ = run.side != nullptr;
+  if (clearingBeside_)
+  {
+    tableFree_.record(run.stream);
+    tableFree_.holdBack(run.side, "clearing the cell lookup beside the keys");
+  }
+  NG_CUDA_CHECK(cudaMemsetAsync(identityCells, 0xff, slots * sizeof(std::int32_t), clearingBeside_ ? run.side : run.stream),
     "clearing the cell lookup");
+  if (clearingBeside_)
+  {
+    tableCleared_.record(run.side);
+  }
   kept = keepKeys ? bitsKeys_.ensure(std::size_t(cellCapacity(run.count, layout)), "cell keys") : nullptr;
   return identityCells;
+}
+
+void RadixCells::joinClearedTable(CudaRun& run)
+{
+  if (clearingBeside_)
+  {
+    tableCleared_.holdBack(run.stream, "joining the cleared cell lookup");
+    clearingBeside_ = false;
+  }
 }
 
 void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, bool keepKeys, int xBinBits,
@@ -428,19 +461,23 @@ void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, b
   std::int32_t* first = valuesStartInOrder_ ? orderToInput : r.valuesA;
   std::int32_t* second = valuesStartInOrder_ ? r.valuesA : orderToInput;
   std::int32_t* start = start_.ensure(std::size_t(cellCapacity(n, layout)) + 1, "cell starts");
-  std::uint64_t* kept = nullptr;
-  std::int32_t* identityCells = clearedIdentityTable(run, layout, keepKeys, kept);
   withKeyType(layout.mode, [&](auto keyTag) {
     using KeyT = decltype(keyTag);
     // The inverse as particlesInOrder takes it, so that the bins come from the same frame coordinates.
     computeKeys<KeyT><<<blocksFor(n), 256, 0, run.stream>>>(run.input, static_cast<int>(n), cellSize, 1.0 / cellSize,
       xBinBits_, layout, static_cast<KeyT*>(r.keysA), first);
     NG_CUDA_CHECK_LAUNCH("computeKeys");
+    // Queued after the keys, so that the GPU starts on them while the host queues the rest; the
+    // clearing runs beside the radix sort.
+    std::uint64_t* kept = nullptr;
+    std::int32_t* identityCells = clearedIdentityTable(run, layout, keepKeys, kept);
     cub::DoubleBuffer<KeyT> keys(static_cast<KeyT*>(r.keysA), static_cast<KeyT*>(r.keysB));
     cub::DoubleBuffer<std::int32_t> values(first, second);
     using Build = RadixBuild<KeyT, WideKeyDecomposer>;
-    Build::sortAndSelectStarts(run, keys, values, layout.bits, xBinBits_, start, runCount_.get(), runCountHost_.get(),
-      scratch_, orderToInput, identityCells, kept);
+    Build::sortPairs(run, keys, values, layout.bits, xBinBits_, scratch_, orderToInput);
+    joinClearedTable(run);
+    Build::selectStartsFilling(run, Build::cellKeysOf(keys.Current(), xBinBits_), start, runCount_.get(),
+      runCountHost_.get(), scratch_, identityCells, kept);
     if (values.Current() != orderToInput)
     {
       valuesStartInOrder_ = !valuesStartInOrder_;
@@ -460,13 +497,14 @@ void RadixCells::buildGrouped(CudaRun& run, const KeyLayout& layout, double cell
     "taking the grouped order");
   xBinBits_ = 0;
   std::int32_t* start = start_.ensure(std::size_t(cellCapacity(n, layout)) + 1, "cell starts");
-  std::uint64_t* kept = nullptr;
-  std::int32_t* identityCells = clearedIdentityTable(run, layout, false, kept);
   withKeyType(layout.mode, [&](auto keyTag) {
     using KeyT = decltype(keyTag);
     computeKeysOf<KeyT><<<blocksFor(n), 256, 0, run.stream>>>(
       inGroupedOrder, static_cast<int>(n), cellSize, layout, static_cast<KeyT*>(r.keysA));
     NG_CUDA_CHECK_LAUNCH("computeKeysOf");
+    std::uint64_t* kept = nullptr;
+    std::int32_t* identityCells = clearedIdentityTable(run, layout, false, kept);
+    joinClearedTable(run);
     const KeyT* keys = static_cast<const KeyT*>(r.keysA);
     RadixBuild<KeyT, WideKeyDecomposer>::selectStartsFilling(
       run, keys, start, runCount_.get(), runCountHost_.get(), scratch_, identityCells, kept);

@@ -168,7 +168,10 @@ private:
   /// The identity table of n = run.count points on this layout, cleared, and the array for the
   /// kept keys (keepKeys) in kept; null where the cells are not looked up by identity. It is
   /// sized before the cells are counted, so the selection of their starts fills it as it goes.
+  /// The clearing runs on the run's side stream where it has one, until joinClearedTable.
   std::int32_t* clearedIdentityTable(CudaRun& run, const KeyLayout& layout, bool keepKeys, std::uint64_t*& kept);
+  /// The stream's work from here on waits for the clearing of clearedIdentityTable.
+  void joinClearedTable(CudaRun& run);
   DeviceBuffer<unsigned char> region_;
   DeviceBuffer<std::int32_t> orderToInput_;
   DeviceBuffer<std::int32_t> start_;
@@ -180,7 +183,10 @@ private:
   DeviceBuffer<unsigned char> scratch_;
   DeviceBuffer<int> runCount_;
   PinnedBuffer<int> runCountHost_;
-  StreamMark countKnown_; // runCountHost_ holds the count of cell starts
+  StreamMark countKnown_;   // runCountHost_ holds the count of cell starts
+  StreamMark tableFree_;    // the stream's work before the identity table's clearing
+  StreamMark tableCleared_; // the identity table is cleared (on the side stream)
+  bool clearingBeside_ = false;
   CellTable table_;
   int xBinBits_ = 0;
   bool valuesStartInOrder_ = false; // build(): the sort's values start in orderToInput (not values A)

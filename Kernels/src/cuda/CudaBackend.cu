@@ -182,6 +182,12 @@ public:
     device_.sharedMemoryPerSm = static_cast<int>(prop.sharedMemPerMultiprocessor);
     device_.reservedSharedMemoryPerBlock = static_cast<int>(prop.reservedSharedMemPerBlock);
     NG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    // The side stream's work is short and others wait on it: at the greatest priority the SMs
+    // take its blocks as soon as they free, not after every block of a long grid queued before
+    // (the tiles' listing beside the gather of the particles; StagedTiles::listItems).
+    int leastPriority = 0, greatestPriority = 0;
+    NG_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority), "cudaDeviceGetStreamPriorityRange");
+    NG_CUDA_CHECK(cudaStreamCreateWithPriority(&sideStream_, cudaStreamNonBlocking, greatestPriority), "cudaStreamCreate");
     NG_CUDA_CHECK(cudaEventCreate(&coordinatesBegan_), "cudaEventCreate");
     NG_CUDA_CHECK(cudaEventCreate(&coordinatesArrived_), "cudaEventCreate");
   }
@@ -200,6 +206,10 @@ public:
     if (stream_)
     {
       cudaStreamDestroy(stream_);
+    }
+    if (sideStream_)
+    {
+      cudaStreamDestroy(sideStream_);
     }
   }
 
@@ -351,6 +361,7 @@ public:
     run_.problem = &problem;
     run_.report = &report;
     run_.stream = stream_;
+    run_.side = sideStream_;
     run_.device = &device_;
     run_.count = problem.count;
     run_.input = input_;
@@ -1403,6 +1414,7 @@ private:
   std::int64_t memoryLimit_;
   CudaDevice device_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t sideStream_ = nullptr; // CudaRun::side
   std::vector<cudaEvent_t> events_;
   // When prepareCoordinates began and when the coordinates were on the device: the coordinates
   // stage ends at the later of that and prepareCoordinates' return (collectStageTimes).

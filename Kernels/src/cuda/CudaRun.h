@@ -34,6 +34,9 @@ struct CudaRun
   const Problem* problem = nullptr;
   Report* report = nullptr;
   cudaStream_t stream = nullptr;
+  // For work beside the stream's that waits on a point marked in it (StreamMark::holdBack) and
+  // that the stream waits on in turn before the method returns.
+  cudaStream_t side = nullptr;
   const CudaDevice* device = nullptr;
   std::int64_t count = 0;
   InputPoints input;                      // the caller's coordinates, on the device

@@ -195,8 +195,8 @@ private:
   std::size_t capacity_ = 0;
 };
 
-/// A point in a stream the host can wait for without waiting for the work queued after it (an
-/// event without timing, created on first use).
+/// A point in a stream the host, or another stream, can wait for without waiting for the work
+/// queued after it (an event without timing, created on first use).
 class StreamMark
 {
 public:
@@ -219,6 +219,8 @@ public:
     NG_CUDA_CHECK(cudaEventRecord(event_, stream), "marking a stream");
   }
   void wait(const char* what) const { NG_CUDA_CHECK(cudaEventSynchronize(event_), what); }
+  /// Work queued on `stream` from now on waits for the marked point (not for what followed it).
+  void holdBack(cudaStream_t stream, const char* what) const { NG_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0), what); }
 
 private:
   cudaEvent_t event_ = nullptr;

@@ -2766,8 +2766,10 @@ public:
     hugeCells_ = reachesHugeCells(p, cellSize_);
     const KeyLayout layout = makeKeyLayout(p.lo, p.hi, cellSize_);
     keysByTable_ = keysInTable(n, layout);
-    // The gather of the particles runs while the host waits for the count of cells.
+    // The gather of the particles runs while the host waits for the count of cells, and the
+    // tiles' listing beside it (listItems).
     cells_.build(run, layout, cellSize_, !keysByTable_, xBinBitsWanted(), [&]() {
+      cellsFound_.record(run.stream);
       particlesInOrder<<<blocksFor(n), 256, 0, run.stream>>>(
         run.input, cells_.orderToInput(), n, cellSize_, 1.0 / cellSize_, cells_.particleRegion());
       NG_CUDA_CHECK_LAUNCH("particlesInOrder");
@@ -2847,7 +2849,25 @@ private:
   /// them. On the H200 the listing's kernels took 74 -> 49 us on the 4M density row and 0.98 ->
   /// 0.48 ms on the 64M one, and with the items exactly in the cells' order the searches took
   /// about 1% less (RESULTS.md, issue 22).
+  /// The listing reads only the cells and their lookup, so it runs on the run's side stream,
+  /// beside the gather of the particles (sort), which it slows by about 9 us: on the 4M rows on
+  /// the H200 the sort stage took 0.337-0.342 ms with the listing after the gather and 0.324-0.327
+  /// beside it (RESULTS.md, issue 22).
   void listItems(CudaRun& run, int n, const KeyLayout& layout)
+  {
+    if (!run.side)
+    {
+      queueItems(run, run.stream, n, layout);
+      return;
+    }
+    cellsFound_.holdBack(run.side, "listing the tiles beside the gather");
+    queueItems(run, run.side, n, layout);
+    listed_.record(run.side);
+    listed_.holdBack(run.stream, "joining the tiles' listing");
+  }
+
+  /// listItems' kernels, queued on `stream`.
+  void queueItems(CudaRun& run, cudaStream_t stream, int n, const KeyLayout& layout)
   {
     const int cells = search_.fine.cells;
     if (cells == 0)
@@ -2876,29 +2896,29 @@ private:
     if (onGrid)
     {
       // ownPoints holds each grid tile's work items.
-      NG_CUDA_CHECK(cudaMemsetAsync(ownPoints + entries, 0, sizeof(std::int32_t), run.stream), "each tile's work items");
-      countGridTileItems<<<blocksFor(std::int64_t(entries) * 32), 256, 0, run.stream>>>(search_.fine, grid, entries, chunks, ownPoints);
+      NG_CUDA_CHECK(cudaMemsetAsync(ownPoints + entries, 0, sizeof(std::int32_t), stream), "each tile's work items");
+      countGridTileItems<<<blocksFor(std::int64_t(entries) * 32), 256, 0, stream>>>(search_.fine, grid, entries, chunks, ownPoints);
       NG_CUDA_CHECK_LAUNCH("countGridTileItems");
-      exclusiveSum(ownPoints, position, entries + 1, scratch_, run.stream, "scanning the tiles' work items");
+      exclusiveSum(ownPoints, position, entries + 1, scratch_, stream, "scanning the tiles' work items");
     }
     else
     {
-      NG_CUDA_CHECK(cudaMemsetAsync(ownPoints, 0, sizeof(std::int32_t) * (std::size_t(entries) + 1), run.stream),
+      NG_CUDA_CHECK(cudaMemsetAsync(ownPoints, 0, sizeof(std::int32_t) * (std::size_t(entries) + 1), stream),
         "each tile's own points");
-      addToTileLeaders<<<blocksFor(occupied.count()), 256, 0, run.stream>>>(occupied, side_, depth_, ownPoints);
+      addToTileLeaders<<<blocksFor(occupied.count()), 256, 0, stream>>>(occupied, side_, depth_, ownPoints);
       NG_CUDA_CHECK_LAUNCH("addToTileLeaders");
       const auto chunksOfEntry = thrust::make_transform_iterator(thrust::counting_iterator<int>(0), chunks);
-      exclusiveSum(chunksOfEntry, position, entries + 1, scratch_, run.stream, "scanning the tiles' work items");
+      exclusiveSum(chunksOfEntry, position, entries + 1, scratch_, stream, "scanning the tiles' work items");
     }
     TileItem* items = itemList_.ensure(bound, "tile work items");
     if (onGrid)
     {
-      writeGridTileItems<<<blocksFor(entries), 256, 0, run.stream>>>(search_.fine, grid, entries, position, items);
+      writeGridTileItems<<<blocksFor(entries), 256, 0, stream>>>(search_.fine, grid, entries, position, items);
       NG_CUDA_CHECK_LAUNCH("writeGridTileItems");
     }
     else
     {
-      writeTileItems<<<blocksFor(occupied.count()), 256, 0, run.stream>>>(occupied, position, items);
+      writeTileItems<<<blocksFor(occupied.count()), 256, 0, stream>>>(occupied, position, items);
       NG_CUDA_CHECK_LAUNCH("writeTileItems");
     }
     search_.items = items;
@@ -3340,6 +3360,8 @@ private:
   DeviceBuffer<std::int32_t> position_;
   DeviceBuffer<unsigned char> scratch_;
   DeviceBuffer<TileItem> itemList_;
+  StreamMark cellsFound_; // the cells and their lookup are built (sort)
+  StreamMark listed_;     // the work items are listed (listItems)
   bool uniform_ = false; // the occupied cells hold what a uniform cloud's would (uniformPointsPerCell)
   bool halfShell_ = false; // count or density over the half shell (takesHalfShell), on its own tiles
   std::string shellKnob_;
