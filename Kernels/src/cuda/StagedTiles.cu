@@ -2735,7 +2735,7 @@ class StagedTiles final : public CudaMethod
 {
 public:
   explicit StagedTiles(DevicePool& pool)
-    : cells_(pool), ownPoints_(pool), position_(pool), scratch_(pool), itemList_(pool)
+    : cells_(pool), tileCounts_(pool), position_(pool), scratch_(pool), itemList_(pool)
   {
   }
   Method id() const override { return Method::StagedTiles; }
@@ -2836,7 +2836,7 @@ public:
   std::int64_t heldBytes() const override
   {
     return cells_.heldBytes() +
-      std::int64_t(ownPoints_.bytes() + position_.bytes() + scratch_.bytes() + itemList_.bytes());
+      std::int64_t(tileCounts_.bytes() + position_.bytes() + scratch_.bytes() + itemList_.bytes());
   }
 
   NEIGHBORGRID_SEARCHES_BY(launch)
@@ -2889,23 +2889,24 @@ private:
     const TileGrid grid = keysByTable_ ? TileGrid::of(layout, side_, depth_) : TileGrid{};
     const bool onGrid = keysByTable_ && grid.tiles() <= double(cells);
     const int entries = onGrid ? static_cast<int>(grid.tiles()) : cells;
-    std::int32_t* ownPoints = ownPoints_.ensure(std::size_t(entries) + 1, "each tile's own points");
+    // Each grid tile's work items, or each leader cell's tile's own points (TileChunks makes them
+    // work items), then scanned into the items' positions.
+    std::int32_t* tileCounts = tileCounts_.ensure(std::size_t(entries) + 1, "each tile's points or work items");
     std::int32_t* position = position_.ensure(std::size_t(entries) + 1, "the tiles' work item positions");
     const OccupiedCells occupied{ search_.fine, keysByTable_ };
-    const TileChunks chunks{ ownPoints, side_, depth_, reach_, capacity_ };
+    const TileChunks chunks{ tileCounts, side_, depth_, reach_, capacity_ };
     if (onGrid)
     {
-      // ownPoints holds each grid tile's work items.
-      NG_CUDA_CHECK(cudaMemsetAsync(ownPoints + entries, 0, sizeof(std::int32_t), stream), "each tile's work items");
-      countGridTileItems<<<blocksFor(std::int64_t(entries) * 32), 256, 0, stream>>>(search_.fine, grid, entries, chunks, ownPoints);
+      NG_CUDA_CHECK(cudaMemsetAsync(tileCounts + entries, 0, sizeof(std::int32_t), stream), "each tile's work items");
+      countGridTileItems<<<blocksFor(std::int64_t(entries) * 32), 256, 0, stream>>>(search_.fine, grid, entries, chunks, tileCounts);
       NG_CUDA_CHECK_LAUNCH("countGridTileItems");
-      exclusiveSum(ownPoints, position, entries + 1, scratch_, stream, "scanning the tiles' work items");
+      exclusiveSum(tileCounts, position, entries + 1, scratch_, stream, "scanning the tiles' work items");
     }
     else
     {
-      NG_CUDA_CHECK(cudaMemsetAsync(ownPoints, 0, sizeof(std::int32_t) * (std::size_t(entries) + 1), stream),
+      NG_CUDA_CHECK(cudaMemsetAsync(tileCounts, 0, sizeof(std::int32_t) * (std::size_t(entries) + 1), stream),
         "each tile's own points");
-      addToTileLeaders<<<blocksFor(occupied.count()), 256, 0, stream>>>(occupied, side_, depth_, ownPoints);
+      addToTileLeaders<<<blocksFor(occupied.count()), 256, 0, stream>>>(occupied, side_, depth_, tileCounts);
       NG_CUDA_CHECK_LAUNCH("addToTileLeaders");
       const auto chunksOfEntry = thrust::make_transform_iterator(thrust::counting_iterator<int>(0), chunks);
       exclusiveSum(chunksOfEntry, position, entries + 1, scratch_, stream, "scanning the tiles' work items");
@@ -3356,7 +3357,7 @@ private:
   }
 
   RadixCells cells_;
-  DeviceBuffer<std::int32_t> ownPoints_;
+  DeviceBuffer<std::int32_t> tileCounts_; // listItems: each tile's points or work items
   DeviceBuffer<std::int32_t> position_;
   DeviceBuffer<unsigned char> scratch_;
   DeviceBuffer<TileItem> itemList_;
