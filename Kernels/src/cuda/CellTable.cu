@@ -148,7 +148,7 @@ __global__ void insertUniqueKeys(Keys keys, const std::int32_t* __restrict__ sta
 /// cell k starts at position s, so start[k] = s and, but for the end (s = n), the slot of its key
 /// holds k (no pass of its own over the cells); kept[k] = the key when the caller keeps them. The
 /// end's k + 1, the count of starts, goes to the host's pinned word countOnHost: a copy queued
-/// after the selection kept the GPU idle for 8-13 us on the 4M row (H200), its own 1.5-2.2 us and
+/// after the selection kept the GPU idle for 11-14 us on the 4M row (H200), its own 1.5-2.2 us and
 /// the switches between the copy engine and the kernels around it (RESULTS.md, issue 22).
 template <class Keys>
 struct IdentityCellsAtStarts
