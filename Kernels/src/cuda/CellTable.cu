@@ -240,33 +240,50 @@ std::int64_t lookupBytes(std::int64_t n, const KeyLayout& layout)
 template <class KeyT, class Decomposer>
 struct RadixBuild
 {
-  /// Sorts keys/values (DoubleBuffers in place; the order ends in orderToInput).
+  /// Sorts keys/values (DoubleBuffers in place; the order ends in orderToInput) as the graph
+  /// captured for the same buffers and sizes, captured now where there is none (SortGraph).
   static void sortPairs(CudaRun& run, cub::DoubleBuffer<KeyT>& keys, cub::DoubleBuffer<std::int32_t>& values, int bits,
-    int xBinBits, DeviceBuffer<unsigned char>& scratch, std::int32_t* orderToInput)
+    int xBinBits, DeviceBuffer<unsigned char>& scratch, std::int32_t* orderToInput, SortGraph& graph)
   {
-    bits += xBinBits;
     const int n = static_cast<int>(run.count);
+    const int endBit = std::is_same<KeyT, WideKey>::value ? 0 : std::max(1, bits + xBinBits);
+    auto sort = [&](void* temp, std::size_t& sortBytes, cudaStream_t stream) {
+      if constexpr (std::is_same<KeyT, WideKey>::value)
+      {
+        return cub::DeviceRadixSort::SortPairs(temp, sortBytes, keys, values, n, Decomposer{}, stream);
+      }
+      else
+      {
+        return cub::DeviceRadixSort::SortPairs(temp, sortBytes, keys, values, n, 0, endBit, stream);
+      }
+    };
     std::size_t sortBytes = 0;
-    if constexpr (std::is_same<KeyT, WideKey>::value)
-    {
-      NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sortBytes, keys, values, n, Decomposer{}, run.stream),
-        "sizing the radix sort of cell keys");
-    }
-    else
-    {
-      NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sortBytes, keys, values, n, 0, std::max(1, bits), run.stream),
-        "sizing the radix sort of cell keys");
-    }
+    NG_CUDA_CHECK(sort(nullptr, sortBytes, run.stream), "sizing the radix sort of cell keys");
     void* temp = scratch.ensure(sortBytes, "radix sort scratch");
-    if constexpr (std::is_same<KeyT, WideKey>::value)
+    SortGraph::Launch launch;
+    launch.buffers[0] = keys.Current();
+    launch.buffers[1] = keys.Alternate();
+    launch.buffers[2] = values.Current();
+    launch.buffers[3] = values.Alternate();
+    launch.temp = temp;
+    launch.tempBytes = sortBytes;
+    launch.count = n;
+    launch.endBit = endBit;
+    launch.stream = run.stream;
+    const int keysFrom = keys.selector, valuesFrom = values.selector;
+    const bool captured = graph.work.launch(launch, run.stream, [&](cudaStream_t stream) {
+      NG_CUDA_CHECK(sort(temp, sortBytes, stream), "radix-sorting cell keys");
+    }, "radix-sorting cell keys (a graph)");
+    // CUB swaps a DoubleBuffer's selector on the host as its passes swap the buffers.
+    if (captured)
     {
-      NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sortBytes, keys, values, n, Decomposer{}, run.stream),
-        "radix-sorting cell keys");
+      graph.keySelector = keys.selector ^ keysFrom;
+      graph.valueSelector = values.selector ^ valuesFrom;
     }
     else
     {
-      NG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sortBytes, keys, values, n, 0, std::max(1, bits), run.stream),
-        "radix-sorting cell keys");
+      keys.selector = keysFrom ^ graph.keySelector;
+      values.selector = valuesFrom ^ graph.valueSelector;
     }
     // The order may have ended in either value buffer (build() starts it where the passes it
     // expects leave it in orderToInput): it lives in orderToInput from here on.
@@ -474,7 +491,7 @@ void RadixCells::build(CudaRun& run, const KeyLayout& layout, double cellSize, b
     cub::DoubleBuffer<KeyT> keys(static_cast<KeyT*>(r.keysA), static_cast<KeyT*>(r.keysB));
     cub::DoubleBuffer<std::int32_t> values(first, second);
     using Build = RadixBuild<KeyT, WideKeyDecomposer>;
-    Build::sortPairs(run, keys, values, layout.bits, xBinBits_, scratch_, orderToInput);
+    Build::sortPairs(run, keys, values, layout.bits, xBinBits_, scratch_, orderToInput, sortGraph_);
     joinClearedTable(run);
     Build::selectStartsFilling(run, Build::cellKeysOf(keys.Current(), xBinBits_), start, runCount_.get(),
       runCountHost_.get(), scratch_, identityCells, kept);

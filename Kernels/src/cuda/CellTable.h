@@ -10,6 +10,7 @@
 
 #include "CudaRun.h"
 
+#include <algorithm>
 #include <functional>
 
 namespace neighborgrid
@@ -100,6 +101,27 @@ __device__ __forceinline__ int xBinOf(float x, int xBinBits)
   return scaled > 0.0f ? min(bins - 1, int(scaled)) : 0; // NaN (a huge cell): bin 0
 }
 
+/// CUB's radix sort of RadixCells::build as a CUDA graph (CapturedWork), for the buffers and
+/// sizes it was captured for, and where that sort leaves its keys and values.
+struct SortGraph
+{
+  struct Launch
+  {
+    const void* buffers[4] = { nullptr, nullptr, nullptr, nullptr }; // keys' and values' pairs
+    const void* temp = nullptr;
+    std::size_t tempBytes = 0;
+    int count = 0, endBit = 0;
+    cudaStream_t stream = nullptr;
+    bool operator==(const Launch& o) const
+    {
+      return std::equal(buffers, buffers + 4, o.buffers) && temp == o.temp && tempBytes == o.tempBytes &&
+        count == o.count && endBit == o.endBit && stream == o.stream;
+    }
+  };
+  CapturedWork<Launch> work;
+  int keySelector = 0, valueSelector = 0;
+};
+
 class RadixCells
 {
 public:
@@ -181,6 +203,7 @@ private:
   DeviceBuffer<WideKey> wideKeys_;
   DeviceBuffer<std::uint64_t> bitsKeys_;
   DeviceBuffer<unsigned char> scratch_;
+  SortGraph sortGraph_;
   DeviceBuffer<int> runCount_;
   PinnedBuffer<int> runCountHost_;
   StreamMark countKnown_;   // runCountHost_ holds the count of cell starts
