@@ -231,7 +231,7 @@ private:
 /// on: buffers, sizes, the stream) stays the same. A graph's kernels and memsets start closer
 /// together than the same ones queued one by one: CUB's radix sort of 4M pairs of 23-bit keys
 /// took 0.156 ms queued and 0.147 as a graph (H200, a probe), and with it Staged Tiles' sort
-/// stage took 0.323-0.326 -> 0.312-0.314 ms on the 4M rows, 0.169-0.177 -> 0.161-0.165 at 2M
+/// stage took 0.323-0.326 -> 0.313-0.316 ms on the 4M rows, 0.169-0.177 -> 0.161-0.165 at 2M
 /// and 0.573-0.575 -> 0.565-0.568 at 8M (RESULTS.md, issue 22). Capturing and instantiating
 /// took 33 us of the host's time (the probe), once for each set of buffers and sizes.
 template <class Key>
