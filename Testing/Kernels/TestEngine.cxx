@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -1099,6 +1100,39 @@ TEST(EngineMethods, StagedTilesTileDepthsAreExact)
     }
   }
   expectMisspelledKnobRefused("NEIGHBORGRID_TILES_DEPTH", "cubic");
+}
+
+// Tiles of the half shell deeper than wide hold about a block's threads in points; a tile over
+// them splits at a layer into two work items, each staging its layers' region (splitLayerOf), and
+// one over twice them (or whose layers do not split) takes further chunks of its points. Uniform
+// clouds at about 2.4 and 3.3 points per cell of R / 2 (about 230 and 320 points a 4 x 4 x 6 tile,
+// so that some and then most tiles hold more than 256), their tiles forced that deep over the half
+// shell: counts exact against the brute force in double, and density.
+TEST(EngineMethods, StagedTilesHalfShellTilesOverABlocksThreadsAreExact)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
+  }
+  const double radius = 0.5; // cells of R / 2 = 0.25 along each axis
+  const int n = 40000;
+  for (const double perCell : { 2.4, 3.3 })
+  {
+    const double box = 0.25 * std::cbrt(n / perCell);
+    const Cloud cloud = ngtest::makeCloud("uniform", n, box, 89);
+    SCOPED_TRACE("uniform, " + std::to_string(perCell) + " points per cell of R / 2");
+    const Reference ref(cloud, radius);
+    const ScopedKnob reachKnob("NEIGHBORGRID_TILES_REACH", "2");
+    const ScopedKnob shellKnob("NEIGHBORGRID_TILES_SHELL", "half");
+    const ScopedKnob depthKnob("NEIGHBORGRID_TILES_DEPTH", "deepest");
+    Engine engine;
+    expectCountsAndDensity(engine, baseRequest(cloud, radius, Method::StagedTiles), cloud, ref,
+      ref.density(cloud, Kernel::WendlandC2, cloud.mass.data(), 1.0));
+    if (HasFatalFailure())
+    {
+      return;
+    }
+  }
 }
 
 // Staged Tiles stages tiles of cells of R from 1.5 points per occupied cell, and below it each

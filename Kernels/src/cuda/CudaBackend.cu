@@ -188,6 +188,9 @@ public:
     int leastPriority = 0, greatestPriority = 0;
     NG_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority), "cudaDeviceGetStreamPriorityRange");
     NG_CUDA_CHECK(cudaStreamCreateWithPriority(&sideStream_, cudaStreamNonBlocking, greatestPriority), "cudaStreamCreate");
+    // The stages' clock (stamp).
+    NG_CUDA_CHECK(cudaStreamCreateWithFlags(&clockStream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    NG_CUDA_CHECK(cudaEventCreateWithFlags(&streamPassed_, cudaEventDisableTiming), "cudaEventCreate");
     NG_CUDA_CHECK(cudaEventCreate(&coordinatesBegan_), "cudaEventCreate");
     NG_CUDA_CHECK(cudaEventCreate(&coordinatesArrived_), "cudaEventCreate");
   }
@@ -201,6 +204,7 @@ public:
     {
       cudaEventDestroy(e);
     }
+    cudaEventDestroy(streamPassed_);
     cudaEventDestroy(coordinatesBegan_);
     cudaEventDestroy(coordinatesArrived_);
     if (stream_)
@@ -210,6 +214,10 @@ public:
     if (sideStream_)
     {
       cudaStreamDestroy(sideStream_);
+    }
+    if (clockStream_)
+    {
+      cudaStreamDestroy(clockStream_);
     }
   }
 
@@ -223,7 +231,7 @@ public:
     // CUDA's current device is per host thread: this engine's device, whichever thread runs.
     NG_CUDA_CHECK(cudaSetDevice(device_.id), "cudaSetDevice");
     // The stream is idle (every run ends waiting for it): this event marks the stage's start.
-    NG_CUDA_CHECK(cudaEventRecord(coordinatesBegan_, stream_), "cudaEventRecord");
+    stamp(coordinatesBegan_);
     const std::int64_t n = points.count;
     const bool isDouble = points.type == ScalarType::Float64;
     const std::size_t bytes = 3 * std::size_t(n) * (isDouble ? sizeof(double) : sizeof(float));
@@ -234,6 +242,8 @@ public:
     checkFits(std::int64_t(bytes), 0, n, "the coordinates");
     char* raw = static_cast<char*>(deviceRaw_.ensureBytes(bytes, "the coordinates as given"));
     CoordinateBounds bounds;
+    uploadBegins_.record(stream_);
+    uploadMarked_ = true;
     transfers_.uploadCoordinates(raw, points.xyz, n, isDouble, stream_, "uploading coordinates", bounds);
     input_ = InputPoints{ raw, isDouble };
     if (!bounds.allFinite)
@@ -255,7 +265,7 @@ public:
     // No wait for the last slices' copies: the host goes on to plan the run and launch the sort,
     // which the stream runs after them. The coordinates stage still ends when the last of them
     // is on the device (collectStageTimes).
-    NG_CUDA_CHECK(cudaEventRecord(coordinatesArrived_, stream_), "uploading coordinates");
+    stamp(coordinatesArrived_);
     coordinatesInFlight_ = true;
     imagesInRun_ = false;
     if (problem.imagesByBackend)
@@ -321,6 +331,7 @@ public:
     planMemory(problem);
     run_.decided = decided_.ensure(1, "decision counter");
     NG_CUDA_CHECK(cudaMemsetAsync(run_.decided, 0, sizeof(unsigned long long), stream_), "clearing the decision counter");
+    clearBesideUpload(problem);
 
     // Masses, arrays to smooth and explicit queries go through the pinned ring.
     cudaEvent_t start = mark();
@@ -507,6 +518,32 @@ public:
     divideWeightsKernel<<<blocksFor(n), 256, 0, stream_>>>(method_->particles(), n, orderedDensity);
     NG_CUDA_CHECK_LAUNCH("divideWeightsByDensity");
   }
+  /// Where the method adds into the count or density output (CudaMethod::addsToOutput), clears
+  /// that output on the side stream from where the coordinates' upload began, while the upload's
+  /// last slices are still on their way over PCIe and the memory is idle; the search joins it
+  /// (search). Cleared on the stream before the search instead, the 4M rows' search stages took
+  /// count 0.898-0.899 ms against 0.894-0.895, density 0.979-0.980 against 0.975-0.976 (H200;
+  /// RESULTS.md, issue 22).
+  void clearBesideUpload(const Problem& p)
+  {
+    run_.clearedOutput = nullptr;
+    const bool marked = uploadMarked_;
+    uploadMarked_ = false;
+    if (!sideStream_ || p.radiusPass || p.queries.separate || !method_->addsToOutput(p) ||
+      (p.operation != Operation::NeighborCount && (p.operation != Operation::Density || !p.density)))
+    {
+      return;
+    }
+    if (!marked)
+    {
+      uploadBegins_.record(stream_); // no upload since the last run: after what the stream holds
+    }
+    void* output = p.operation == Operation::NeighborCount ? static_cast<void*>(countOutput()) : densityOutput();
+    uploadBegins_.holdBack(sideStream_, "clearing the output beside the upload");
+    NG_CUDA_CHECK(cudaMemsetAsync(output, 0, 4 * std::size_t(p.resultCount()), sideStream_), "clearing the output");
+    outputCleared_.record(sideStream_);
+    run_.clearedOutput = output;
+  }
   std::int32_t* countOutput() { return count_.ensure(std::size_t(problem_->resultCount()), "neighbor counts"); }
   float* densityOutput()
   {
@@ -533,6 +570,10 @@ public:
   void search(const Op& op, const char* stageName)
   {
     cudaEvent_t begin = mark();
+    if (run_.clearedOutput)
+    {
+      outputCleared_.holdBack(stream_, "joining the output's clearing");
+    }
     method_->search(run_, op);
     NG_CUDA_CHECK_LAUNCH(stageName);
     stage(stageName, begin, mark());
@@ -1365,6 +1406,7 @@ private:
     transfers_.upload(queryRaw_.ensure(bytes, "query coordinates"), q.points.xyz, bytes, stream_, "uploading queries");
   }
 
+  /// A timed event at the stream's present point (stamp).
   cudaEvent_t mark()
   {
     if (eventsUsed_ == events_.size())
@@ -1374,13 +1416,27 @@ private:
       events_.push_back(e);
     }
     cudaEvent_t e = events_[eventsUsed_++];
-    NG_CUDA_CHECK(cudaEventRecord(e, stream_), "cudaEventRecord");
+    stamp(e);
     return e;
+  }
+  /// Records the timed event `timed` on the clock's stream once the stream gets to this point. A
+  /// timed event recorded on the stream itself held the stream's next kernel back by about 2 us
+  /// (H200, a probe: 1.6 us a kernel between small kernels, 3.7 with a timed event after each,
+  /// 1.6 with an untimed one), and a run records three between its upload and its search. With
+  /// the clock's stream the 4M count row's sort stage took 0.307-0.310 ms against 0.314, its
+  /// search stage 0.904-0.905 against 0.907-0.908 (RESULTS.md, issue 22).
+  void stamp(cudaEvent_t timed)
+  {
+    // The wait takes the record before it: one untimed event serves every stamp.
+    NG_CUDA_CHECK(cudaEventRecord(streamPassed_, stream_), "marking the stream for its clock");
+    NG_CUDA_CHECK(cudaStreamWaitEvent(clockStream_, streamPassed_, 0), "the clock waiting for the stream");
+    NG_CUDA_CHECK(cudaEventRecord(timed, clockStream_), "timing the stream");
   }
   void stage(const char* name, cudaEvent_t begin, cudaEvent_t end) { stageMarks_.push_back({ name, begin, end }); }
   void collectStageTimes(Report& report)
   {
     NG_CUDA_CHECK(cudaStreamSynchronize(stream_), "finishing");
+    NG_CUDA_CHECK(cudaStreamSynchronize(clockStream_), "reading stage times");
     if (coordinatesInFlight_)
     {
       // The engine timed prepareCoordinates on the host, which returns before the last slices'
@@ -1415,6 +1471,11 @@ private:
   CudaDevice device_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t sideStream_ = nullptr; // CudaRun::side
+  cudaStream_t clockStream_ = nullptr; // stamp
+  StreamMark uploadBegins_;  // the stream's point before the coordinates' upload (prepareCoordinates)
+  bool uploadMarked_ = false; // uploadBegins_ marks this run's upload
+  StreamMark outputCleared_; // clearBesideUpload
+  cudaEvent_t streamPassed_ = nullptr; // stamp
   std::vector<cudaEvent_t> events_;
   // When prepareCoordinates began and when the coordinates were on the device: the coordinates
   // stage ends at the later of that and prepareCoordinates' return (collectStageTimes).

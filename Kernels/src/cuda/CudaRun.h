@@ -41,6 +41,9 @@ struct CudaRun
   std::int64_t count = 0;
   InputPoints input;                      // the caller's coordinates, on the device
   unsigned long long* decided = nullptr;  // device counter of pairs decided in double
+  // The operation's output (input order), cleared to zero bits before the search, where the
+  // method adds into it (CudaMethod::addsToOutput); null where the method clears it itself.
+  void* clearedOutput = nullptr;
 };
 
 struct QuerySource; // CellTable.h
@@ -68,6 +71,9 @@ public:
   /// Whether sort() leaves every particle's weight at 1 (particlesInOrder writes it), so that a
   /// pass with weights of one needs no pass of its own to set them.
   virtual bool sortWeighsOne() const { return false; }
+  /// Whether the search may add its results into the operation's output rather than write them,
+  /// so that the backend clears it (CudaRun::clearedOutput).
+  virtual bool addsToOutput(const Problem&) const { return false; }
 
   virtual void search(CudaRun& run, const CountOperation& op) = 0;
   virtual void search(CudaRun& run, const DensityOperation& op) = 0;

@@ -133,7 +133,23 @@ struct TileItem
 {
   std::uint64_t leaderKey;
   int leader;
-  int chunk;
+  // The chunk of the tile's own points (chunkBits low bits), and the layers of the tile's own
+  // cells along z that the item takes (from firstLayer to endLayer, 0 for the tile's depth: 4 bits
+  // each): a deep tile over a block's threads splits at a layer (splitLayerOf).
+  std::uint32_t chunkAndLayers;
+  static constexpr int chunkBits = 24;
+  __host__ __device__ static TileItem of(std::uint64_t key, int leader, int chunk, int firstLayer = 0, int endLayer = 0)
+  {
+    return TileItem{ key, leader,
+      std::uint32_t(chunk) | (std::uint32_t(firstLayer) << chunkBits) | (std::uint32_t(endLayer) << (chunkBits + 4)) };
+  }
+  __host__ __device__ int chunk() const { return int(chunkAndLayers & ((1u << chunkBits) - 1)); }
+  __host__ __device__ int firstLayer() const { return int((chunkAndLayers >> chunkBits) & 15u); }
+  __host__ __device__ int endLayer(int depth) const
+  {
+    const int end = int(chunkAndLayers >> (chunkBits + 4));
+    return end > 0 ? end : depth;
+  }
 };
 
 /// What the search kernel reads besides the operation.
@@ -396,7 +412,8 @@ __host__ __device__ __forceinline__ int chunkPointsFor(int ownTotal, int side, i
   if (depth > side + 1)
   {
     // The half shell's deepest tiles (chooseHalfShellTiles) hold about a block's threads: a tile
-    // a little over them takes a second block rather than a second round of its first.
+    // a little over them takes a second block rather than a second round of its first (a grid
+    // tile splits at a layer where it can: splitLayerOf).
     return tileThreads;
   }
   const int S = side + 2 * reach, D = depth + 2 * reach;
@@ -411,8 +428,17 @@ struct TileChunks
 {
   const std::int32_t* ownPoints = nullptr; // addToTileLeaders'
   int side = 1, depth = 1, reach = 1, capacity = 0;
+  // countGridTileItems' entries: the work items, and the layer at which the tile splits from
+  // splitShift on (ItemsOfTile).
+  static constexpr int splitShift = 24;
 
   __host__ __device__ int operator()(int k) const { return of(ownPoints[k]); }
+  /// Whether a grid tile of `own` points may split at a layer (splitLayerOf): the half shell's
+  /// deepest tiles (chooseHalfShellTiles) a little over a block's threads.
+  __host__ __device__ bool splitsAtLayers(int own) const
+  {
+    return depth > side + 1 && own > tileThreads && own <= 2 * tileThreads;
+  }
   /// The work items of a tile of `own` points.
   __host__ __device__ int of(int own) const
   {
@@ -423,6 +449,33 @@ struct TileChunks
     const int per = chunkPointsFor(own, side, depth, reach, capacity);
     return (own + per - 1) / per;
   }
+};
+
+/// The layer of own cells along z at which a tile of `own` points splits into two work items of
+/// at most a block's threads each (pointsBelow(layer): the own points in the layers below), the
+/// highest such; 0 where none does. The items take the layers below it and those from it up, and
+/// each stages only its layers' region: the half shell's rows lie at or above a point's. A second
+/// chunk of the tile's points staged the whole region for the few points beyond a block's
+/// threads: on the 4M rows on the H200 (about one tile in 15 splits) the count search took 0.905
+/// -> 0.898-0.899 ms, density's 0.985-0.986 -> 0.979-0.980 (RESULTS.md, issue 22).
+template <class PointsBelow>
+__device__ int splitLayerOf(int own, int depth, PointsBelow&& pointsBelow)
+{
+  for (int layer = depth - 1; layer > 0; --layer)
+  {
+    const int below = pointsBelow(layer);
+    if (below <= tileThreads)
+    {
+      return own - below <= tileThreads ? layer : 0;
+    }
+  }
+  return 0;
+}
+
+/// countGridTileItems' entry: the tile's work items.
+struct ItemsOfTile
+{
+  __host__ __device__ int operator()(int entry) const { return entry & ((1 << TileChunks::splitShift) - 1); }
 };
 
 /// itemsOfTile[t] = the work items of grid tile t (chunks.of its own points), a warp a tile: a
@@ -457,9 +510,30 @@ __global__ void countGridTileItems(CellTable fine, TileGrid grid, int tiles, Til
     own += k[e] >= 0 ? fine.start[k[e] + 1] - fine.start[k[e]] : 0;
   }
   own = __reduce_add_sync(0xffffffffu, own);
+  int items = chunks.of(own);
+  int split = 0;
+  if (chunks.splitsAtLayers(own)) // the same for the whole warp
+  {
+    int counts[ownCellsPerLane], layers[ownCellsPerLane];
+    for (int e = 0; e < ownCellsPerLane; ++e)
+    {
+      const int m = threadIdx.x % 32 + 32 * e;
+      counts[e] = k[e] >= 0 ? fine.start[k[e] + 1] - fine.start[k[e]] : 0;
+      layers[e] = m / (side * side);
+    }
+    split = splitLayerOf(own, grid.extent[2], [&](int layer) {
+      int below = 0;
+      for (int e = 0; e < ownCellsPerLane; ++e)
+      {
+        below += layers[e] < layer ? counts[e] : 0;
+      }
+      return __reduce_add_sync(0xffffffffu, below);
+    });
+    items = split > 0 ? 2 : items;
+  }
   if (threadIdx.x % 32 == 0)
   {
-    itemsOfTile[t] = chunks.of(own);
+    itemsOfTile[t] = items | (split << TileChunks::splitShift);
     if (t == 0)
     {
       itemsOfTile[tiles] = 0; // the scan's entry after the last tile
@@ -481,7 +555,7 @@ __global__ void writeTileItems(OccupiedCells occupied, const std::int32_t* __res
     const std::uint64_t key = count > 0 ? occupied.keyAt(i, k) : 0;
     for (int c = 0; c < count; ++c)
     {
-      items[first + c] = TileItem{ key, k, c };
+      items[first + c] = TileItem::of(key, k, c);
     }
   }
 }
@@ -490,8 +564,8 @@ __global__ void writeTileItems(OccupiedCells occupied, const std::int32_t* __res
 /// grid's tiles), in the tiles' order: the leader cell order of dense data. The item's key is that
 /// of a cell of the tile (TileGrid::cellOfTile), from which the search finds the tile as from its
 /// leader's (tileAnchorOf); Bits keys need no leader.
-__global__ void writeGridTileItems(CellTable fine, TileGrid grid, int tiles, const std::int32_t* __restrict__ position,
-  TileItem* __restrict__ items)
+__global__ void writeGridTileItems(CellTable fine, TileGrid grid, int tiles, const std::int32_t* __restrict__ itemsOfTile,
+  const std::int32_t* __restrict__ position, TileItem* __restrict__ items)
 {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t < tiles)
@@ -503,9 +577,16 @@ __global__ void writeGridTileItems(CellTable fine, TileGrid grid, int tiles, con
       grid.cellOfTile(t, offset);
       std::uint64_t key = 0;
       fine.layout.bitsKeyOfOffsets(offset, key);
+      const int split = itemsOfTile[t] >> TileChunks::splitShift;
+      if (split > 0)
+      {
+        items[first] = TileItem::of(key, -1, 0, 0, split);
+        items[first + 1] = TileItem::of(key, -1, 0, split, 0);
+        return;
+      }
       for (int c = 0; c < count; ++c)
       {
-        items[first + c] = TileItem{ key, -1, c };
+        items[first + c] = TileItem::of(key, -1, c);
       }
     }
   }
@@ -2510,15 +2591,15 @@ __device__ void stagePointsFlat(const TileSearch& g, const StagedRegion& r, int 
 /// A block's staged region before its points are placed: the tile's shape and the block's tables
 /// (`cells` in static shared memory, the cells' staged starts in the placement's scratch).
 __device__ StagedRegion regionOfBlock(
-  const TileSearch& g, StagedCells& cells, PlacementScratch& placement, bool halfShell)
+  const TileSearch& g, StagedCells& cells, PlacementScratch& placement, bool halfShell, int layers)
 {
   StagedRegion region;
   region.side = g.side;
   region.reach = g.reach;
   region.below = halfShell ? 0 : g.reach;
   region.S = g.side + 2 * g.reach;
-  region.stagedCells = region.S * region.S * (g.depth + g.reach + region.below);
-  region.ownCells = g.side * g.side * g.depth;
+  region.stagedCells = region.S * region.S * (layers + g.reach + region.below);
+  region.ownCells = g.side * g.side * layers;
   region.cellFirst = cells.cellFirst;
   region.cellStart = placement.cellStart;
   region.binStart = cells.binStart;
@@ -2597,9 +2678,10 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
     return;
   }
   const TileItem item = g.items[blockIdx.x];
-
+  // The item's layers of the tile: its region from its first layer up.
+  const int firstLayer = item.firstLayer();
   PlacementScratch& placement = *static_cast<PlacementScratch*>(scratch);
-  StagedRegion region = regionOfBlock(g, cells, placement, HalfShell);
+  StagedRegion region = regionOfBlock(g, cells, placement, HalfShell, item.endLayer(g.depth) - firstLayer);
   region.points = stagedPoints;
   region.index = stagesIndex ? stagedIndex : nullptr;
   region.values = components >= 2 ? stagedValues : nullptr;
@@ -2614,8 +2696,9 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
   {
     cellOfPosition = nullptr;
   }
-  const int stagedTotal = placeStagedCells(
-    g, region, tileAnchorOf(g.fine, item.leader, item.leaderKey, g.side, g.depth), cells, placement, cellOfPosition, g.capacity);
+  TileAnchor anchor = tileAnchorOf(g.fine, item.leader, item.leaderKey, g.side, g.depth);
+  anchor.offset[2] += firstLayer; // layers split only grid tiles, whose keys are Bits keys
+  const int stagedTotal = placeStagedCells(g, region, anchor, cells, placement, cellOfPosition, g.capacity);
   placeOwnCells(region, cells);
   const bool fits = stagedTotal <= g.capacity;
   if (fits)
@@ -2627,7 +2710,7 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
 
   const int ownTotal = cells.ownStart[region.ownCells];
   const int per = chunkPointsFor(ownTotal, g.side, g.depth, g.reach, g.capacity);
-  const int chunkBegin = item.chunk * per, chunkEnd = min(ownTotal, chunkBegin + per);
+  const int chunkBegin = item.chunk() * per, chunkEnd = min(ownTotal, chunkBegin + per);
   if (!fits)
   {
     if constexpr (HalfShell && counts)
@@ -2834,6 +2917,14 @@ public:
   }
   double cellSize() const override { return cellSize_; }
   bool sortWeighsOne() const override { return true; }
+  /// The half shell adds into its output (launch): wherever takesHalfShell may hold before the
+  /// cells are counted (a clearing more than needed costs little: CudaBackend::clearBesideUpload).
+  bool addsToOutput(const Problem& p) const override
+  {
+    const bool sums = p.operation == Operation::NeighborCount || (p.operation == Operation::Density && !p.mass);
+    const std::string shell = shellKnob();
+    return sums && !p.queries.separate && !p.radiusPass && shell != "full" && (shell == "half" || reachFor(p) == 2);
+  }
   Particle* particles() override { return cells_.particleRegion(); }
   const std::int32_t* orderToInput() const override { return cells_.orderToInput(); }
   QuerySource querySource() override { return cellQuerySource(cells_.table(), particles(), orderToInput(), reach_); }
@@ -2904,7 +2995,8 @@ private:
       // countGridTileItems also clears the scan's entry after the last tile.
       countGridTileItems<<<blocksFor(std::int64_t(entries) * 32), 256, 0, stream>>>(search_.fine, grid, entries, chunks, tileCounts);
       NG_CUDA_CHECK_LAUNCH("countGridTileItems");
-      exclusiveSum(tileCounts, position, entries + 1, scratch_, stream, "scanning the tiles' work items");
+      exclusiveSum(thrust::make_transform_iterator(tileCounts, ItemsOfTile{}), position, entries + 1, scratch_, stream,
+        "scanning the tiles' work items");
     }
     else
     {
@@ -2918,7 +3010,7 @@ private:
     TileItem* items = itemList_.ensure(bound, "tile work items");
     if (onGrid)
     {
-      writeGridTileItems<<<blocksFor(entries), 256, 0, stream>>>(search_.fine, grid, entries, position, items);
+      writeGridTileItems<<<blocksFor(entries), 256, 0, stream>>>(search_.fine, grid, entries, tileCounts, position, items);
       NG_CUDA_CHECK_LAUNCH("writeGridTileItems");
     }
     else
@@ -3040,8 +3132,11 @@ private:
     {
       if (halfShell_)
       {
-        NG_CUDA_CHECK(cudaMemsetAsync(op.output, 0, sizeof(std::int32_t) * std::size_t(run.count), run.stream),
-          "clearing the neighbor counts");
+        if (run.clearedOutput != op.output)
+        {
+          NG_CUDA_CHECK(cudaMemsetAsync(op.output, 0, sizeof(std::int32_t) * std::size_t(run.count), run.stream),
+            "clearing the neighbor counts");
+        }
         search.halfShellCounts = op.output;
         launchHalfShell(run, stagedTilesCountHalfShells, search, op);
         return;
@@ -3055,8 +3150,11 @@ private:
       {
         if (op.output)
         {
-          NG_CUDA_CHECK(cudaMemsetAsync(op.output, 0, sizeof(float) * std::size_t(run.count), run.stream),
-            "clearing the densities");
+          if (run.clearedOutput != op.output)
+          {
+            NG_CUDA_CHECK(cudaMemsetAsync(op.output, 0, sizeof(float) * std::size_t(run.count), run.stream),
+              "clearing the densities");
+          }
           search.halfShellDensities = op.output;
           search.halfShellDensityScale = run.problem->constantMass * op.kernel.normalization;
           launchHalfShell(run, stagedTilesDensityHalfShells, search, op);
