@@ -456,8 +456,8 @@ struct TileChunks
 /// highest such; 0 where none does. The items take the layers below it and those from it up, and
 /// each stages only its layers' region: the half shell's rows lie at or above a point's. A second
 /// chunk of the tile's points staged the whole region for the few points beyond a block's
-/// threads: on the 4M rows on the H200 (about one tile in 15 splits) the count search took 0.905
-/// -> 0.898-0.899 ms, density's 0.985-0.986 -> 0.979-0.980 (RESULTS.md, issue 22).
+/// threads: on the 4M rows on the H200 the count search took 0.905 -> 0.898-0.899 ms, density's
+/// 0.985-0.986 -> 0.979-0.980 (RESULTS.md, issue 22).
 template <class PointsBelow>
 __device__ int splitLayerOf(int own, int depth, PointsBelow&& pointsBelow)
 {
