@@ -230,6 +230,7 @@ public:
   {
     // CUDA's current device is per host thread: this engine's device, whichever thread runs.
     NG_CUDA_CHECK(cudaSetDevice(device_.id), "cudaSetDevice");
+    clockStamps_ = points.count >= clockStampsFrom;
     // The stream is idle (every run ends waiting for it): this event marks the stage's start.
     stamp(coordinatesBegan_);
     const std::int64_t n = points.count;
@@ -1419,14 +1420,22 @@ private:
     stamp(e);
     return e;
   }
-  /// Records the timed event `timed` on the clock's stream once the stream gets to this point. A
-  /// timed event recorded on the stream itself held the stream's next kernel back by about 2 us
-  /// (H200, a probe: 1.6 us a kernel between small kernels, 3.7 with a timed event after each,
-  /// 1.6 with an untimed one), and a run records three between its upload and its search. With
-  /// the clock's stream the 4M count row's sort stage took 0.307-0.310 ms against 0.314, its
-  /// search stage 0.904-0.905 against 0.907-0.908 (RESULTS.md, issue 22).
+  /// Records the timed event `timed` once the stream gets to this point: on the clock's stream
+  /// for runs of clockStampsFrom points or more, else on the stream itself. A timed event
+  /// recorded on the stream held the stream's next kernel back by about 2 us (H200, a probe: 1.6
+  /// us a kernel between small kernels, 3.7 with a timed event after each, 1.6 with an untimed
+  /// one), and a run records three between its upload and its search: with the clock's stream
+  /// the 4M count row's sort stage took 0.307-0.310 ms against 0.314, its search stage
+  /// 0.904-0.905 against 0.907-0.908. But the clock's stamp takes three host calls instead of
+  /// one, and where the GPU waits for the host (small clouds, after the sort's wait for its
+  /// counts) they fall inside a stage (RESULTS.md, issue 22).
   void stamp(cudaEvent_t timed)
   {
+    if (!clockStamps_)
+    {
+      NG_CUDA_CHECK(cudaEventRecord(timed, stream_), "timing the stream");
+      return;
+    }
     // The wait takes the record before it: one untimed event serves every stamp.
     NG_CUDA_CHECK(cudaEventRecord(streamPassed_, stream_), "marking the stream for its clock");
     NG_CUDA_CHECK(cudaStreamWaitEvent(clockStream_, streamPassed_, 0), "the clock waiting for the stream");
@@ -1476,6 +1485,11 @@ private:
   bool uploadMarked_ = false; // uploadBegins_ marks this run's upload
   StreamMark outputCleared_; // clearBesideUpload
   cudaEvent_t streamPassed_ = nullptr; // stamp
+  // Stamps on the clock's stream from this many points a run (stamp). On the H200 the papers'
+  // tables (medians of four rounds, in turns) took 2-4% longer for FENNS and CLAWS on clouds of
+  // 65,536 points with the clock's stamps, 1-2% less on those of 524,288 (RESULTS.md, issue 22).
+  static constexpr std::int64_t clockStampsFrom = std::int64_t(1) << 18;
+  bool clockStamps_ = true;
   std::vector<cudaEvent_t> events_;
   // When prepareCoordinates began and when the coordinates were on the device: the coordinates
   // stage ends at the later of that and prepareCoordinates' return (collectStageTimes).
