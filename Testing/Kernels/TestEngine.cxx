@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -1584,6 +1585,44 @@ TEST(EngineReport, SaysWhatRanAndWhy)
     EXPECT_GE(s.milliseconds, 0.0);
   }
   EXPECT_TRUE(hasSearch);
+}
+
+// The CUDA backend times runs of 2^18 points and more on a stream of its own and smaller ones on
+// the run's stream (CudaBackend::stamp): one engine switching between them reports stage times
+// that are finite, positive and within the host's wait for the run.
+TEST(EngineReport, StageTimesHoldWhereRunsSwitchClocks)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "the stage clocks are the CUDA backend's";
+  }
+  Engine engine;
+  for (std::int64_t n : { 300000, 2000, 300000, 2000 })
+  {
+    Cloud cloud = ngtest::makeCloud("uniform", n, n > 100000 ? 30.0 : 6.0, 7);
+    std::vector<std::int32_t> counts(n, -1);
+    Request r = baseRequest(cloud, 0.8, Method::Auto);
+    r.operation = Operation::NeighborCount;
+    r.neighborCount = counts.data();
+    const auto began = std::chrono::steady_clock::now();
+    const Report report = engine.run(r);
+    const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+    double sortAndSearch = 0.0;
+    int found = 0;
+    for (const auto& s : report.stages)
+    {
+      EXPECT_TRUE(std::isfinite(s.milliseconds)) << s.stage << " at " << n << " points";
+      if (s.stage == "sort" || s.stage == "search")
+      {
+        EXPECT_GT(s.milliseconds, 0.0) << s.stage << " at " << n << " points";
+        sortAndSearch += s.milliseconds;
+        ++found;
+      }
+    }
+    EXPECT_EQ(found, 2) << n << " points";
+    EXPECT_LE(sortAndSearch, wall) << n << " points";
+    EXPECT_EQ(std::count(counts.begin(), counts.end(), -1), 0) << n << " points";
+  }
 }
 
 TEST(EngineReuse, BuffersAreReusedAcrossDifferentSizes)
