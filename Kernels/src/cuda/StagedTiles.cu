@@ -504,28 +504,24 @@ __global__ void countGridTileItems(CellTable fine, TileGrid grid, int tiles, Til
     const std::int64_t offset[3] = { anchor[0] + x, anchor[1] + y, anchor[2] + z };
     k[e] = m < cellsOfTile ? fine.findAtOffsets(offset) : -1;
   }
+  int counts[ownCellsPerLane];
   int own = 0;
   for (int e = 0; e < ownCellsPerLane; ++e)
   {
-    own += k[e] >= 0 ? fine.start[k[e] + 1] - fine.start[k[e]] : 0;
+    counts[e] = k[e] >= 0 ? fine.start[k[e] + 1] - fine.start[k[e]] : 0;
+    own += counts[e];
   }
   own = __reduce_add_sync(0xffffffffu, own);
   int items = chunks.of(own);
   int split = 0;
   if (chunks.splitsAtLayers(own)) // the same for the whole warp
   {
-    int counts[ownCellsPerLane], layers[ownCellsPerLane];
-    for (int e = 0; e < ownCellsPerLane; ++e)
-    {
-      const int m = threadIdx.x % 32 + 32 * e;
-      counts[e] = k[e] >= 0 ? fine.start[k[e] + 1] - fine.start[k[e]] : 0;
-      layers[e] = m / (side * side);
-    }
     split = splitLayerOf(own, grid.extent[2], [&](int layer) {
       int below = 0;
       for (int e = 0; e < ownCellsPerLane; ++e)
       {
-        below += layers[e] < layer ? counts[e] : 0;
+        const int m = threadIdx.x % 32 + 32 * e; // the lane's e-th own cell, in layers of side^2
+        below += m < layer * side * side ? counts[e] : 0;
       }
       return __reduce_add_sync(0xffffffffu, below);
     });
