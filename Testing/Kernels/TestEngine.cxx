@@ -1136,6 +1136,89 @@ TEST(EngineMethods, StagedTilesHalfShellTilesOverABlocksThreadsAreExact)
   }
 }
 
+/// A uniform cloud of about 2.4 points per cell of R / 2 (about 230 points a 4 x 4 x 6 tile of
+/// the half shell) in a cube, with `clump` more points inside a sphere of R / 50 at a point of it.
+Cloud uniformWithClump(double radius, int n, int clump, std::uint64_t seed)
+{
+  const double box = 0.5 * radius * std::cbrt(n / 2.4);
+  Cloud c = ngtest::makeCloud("uniform", n, box, seed);
+  c.name = clump > 0 ? "uniform with a clump of " + std::to_string(clump) : "uniform";
+  std::mt19937_64 rng(seed + 1);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  const double center[3] = { 0.37 * box, 0.52 * box, 0.61 * box };
+  std::vector<double> xyz = c.xyz;
+  for (int k = 0; k < clump;)
+  {
+    const double d[3] = { unit(rng), unit(rng), unit(rng) };
+    if (d[0] * d[0] + d[1] * d[1] + d[2] * d[2] <= 1.0)
+    {
+      for (int a = 0; a < 3; ++a)
+      {
+        xyz.push_back(center[a] + 0.02 * radius * d[a]);
+      }
+      ++k;
+    }
+  }
+  c.xyz = xyz;
+  ngtest::finishCloud(c, rng);
+  return c;
+}
+
+// Over the half shell each block may take a grid tile directly instead of a listed work item
+// (StagedTiles::takesTilesDirectly): its tile's first two chunks of own points, and where a tile
+// holds more, a second search of listed items takes the chunks after them (searchRest). Both ways
+// forced (NEIGHBORGRID_TILES_ITEMS; "direct" refuses a run it cannot take) on a uniform cloud,
+// the same with a clump of 1,500 points inside a sphere of R / 50 (its tile has four chunks or
+// more for the second search, and its region does not fit shared memory), and clumps beside
+// uniform points: Neighbor Count exact against the brute force in double and density of one mass
+// against the reference in double, each twice on one engine (a search after one with a second
+// launch, and after one without).
+TEST(EngineMethods, StagedTilesDirectTilesAreExact)
+{
+  if (backendUnderTest != Backend::CUDA)
+  {
+    GTEST_SKIP() << "Staged Tiles runs on the CUDA backend only";
+  }
+  const double radius = 0.5;
+  for (const Cloud& cloud : { uniformWithClump(radius, 40000, 0, 97), uniformWithClump(radius, 40000, 1500, 101),
+         clumpsBesideUniform(103) })
+  {
+    const Reference ref(cloud, radius);
+    const std::vector<double> rhoRef = ref.density(cloud, Kernel::WendlandC2, nullptr, 1.0);
+    for (const char* items : { "direct", "listed" })
+    {
+      SCOPED_TRACE(cloud.name + ", NEIGHBORGRID_TILES_ITEMS=" + items);
+      const ScopedKnob reachKnob("NEIGHBORGRID_TILES_REACH", "2");
+      const ScopedKnob shellKnob("NEIGHBORGRID_TILES_SHELL", "half");
+      const ScopedKnob depthKnob("NEIGHBORGRID_TILES_DEPTH", "deepest");
+      const ScopedKnob itemsKnob("NEIGHBORGRID_TILES_ITEMS", items);
+      Engine engine;
+      for (int run = 0; run < 2; ++run)
+      {
+        Request r = baseRequest(cloud, radius, Method::StagedTiles);
+        r.operation = Operation::NeighborCount;
+        std::vector<std::int32_t> counts(cloud.size(), -7);
+        r.neighborCount = counts.data();
+        engine.run(r);
+        for (std::int64_t i = 0; i < cloud.size(); ++i)
+        {
+          ASSERT_EQ(counts[i], ref.certain[i]) << "point " << i << ", run " << run;
+        }
+        r.operation = Operation::Density;
+        r.kernel = Kernel::WendlandC2;
+        std::vector<float> rho(cloud.size(), -1.0f);
+        r.density = rho.data();
+        engine.run(r);
+        for (std::int64_t i = 0; i < cloud.size(); ++i)
+        {
+          ASSERT_NEAR(rho[i], rhoRef[i], 1e-5 * rhoRef[i]) << "point " << i << ", run " << run;
+        }
+      }
+    }
+  }
+  expectMisspelledKnobRefused("NEIGHBORGRID_TILES_ITEMS", "tiles");
+}
+
 // Staged Tiles stages tiles of cells of R from 1.5 points per occupied cell, and below it each
 // point looks up its 27 cells. Both ways forced (NEIGHBORGRID_TILES_STAGING) on a sparse uniform
 // cloud (about 0.3 points per cell of R: most staged cells empty), clumps beside uniform points,

@@ -577,10 +577,16 @@ public:
     }
     method_->search(run_, op);
     NG_CUDA_CHECK_LAUNCH(stageName);
-    stage(stageName, begin, mark());
+    cudaEvent_t end = mark();
     faultInResultPages();
     // Progress and abort between passes: the GPU cannot be interrupted inside a kernel.
     NG_CUDA_CHECK(cudaStreamSynchronize(stream_), stageName);
+    if (method_->searchRest(run_))
+    {
+      end = mark();
+      NG_CUDA_CHECK(cudaStreamSynchronize(stream_), stageName);
+    }
+    stage(stageName, begin, end);
     (*problem_->progress)(0.9, stageName);
   }
 

@@ -81,6 +81,10 @@ public:
   virtual void search(CudaRun& run, const SmoothingOperation<2>& op) = 0;
   virtual void search(CudaRun& run, const SmoothingOperation<3>& op) = 0;
   virtual void search(CudaRun& run, const SmoothingOperation<4>& op) = 0;
+  /// After a search and the stream's synchronization: queues what the search left for a second
+  /// launch and returns true, or returns false (Staged Tiles: the chunks of a clump's tile
+  /// beyond its block's, where blocks take grid tiles directly).
+  virtual bool searchRest(CudaRun&) { return false; }
 };
 
 /// Inside a method class: the six search overrides, each calling the template member `launch`.

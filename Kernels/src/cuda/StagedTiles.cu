@@ -69,6 +69,7 @@
 #include <thrust/iterator/transform_iterator.h>
 
 #include <cstdlib>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <map>
@@ -150,37 +151,6 @@ struct TileItem
     const int end = int(chunkAndLayers >> (chunkBits + 4));
     return end > 0 ? end : depth;
   }
-};
-
-/// What the search kernel reads besides the operation.
-struct TileSearch
-{
-  CellTable fine;                        // cells of R / 2 (with their keys: coordinates())
-  const Particle* particles = nullptr;   // fine-cell order, frame coordinates of their own cell
-  const std::int32_t* orderToInput = nullptr;
-  bool hasImages = false;                // periodic images made on the device (Problem::images)
-  int firstImage = 0;                    // the input index of the first one
-  const TileItem* items = nullptr;       // work items: a tile (by its leader cell) and a chunk of its own points
-  const int* itemCount = nullptr;        // how many (device memory)
-  int side = maxTileSide;                // fine cells per tile along x and y: 1, 2 or 4
-  int depth = maxTileSide;               // along z: side or side + 1 (chooseDepthAndCapacity)
-  int reach = maxReach;                  // cells of R / reach: neighbors lie within `reach` cells
-  int capacity = 0;                      // staged points that fit the block's shared memory
-  float cullLimit = 0.0f;                // squared distance (fine-cell units) beyond which a row is skipped
-  int xBinBits = 0;                      // each fine cell's points in 2^xBinBits bins along x (RadixCells)
-  bool clusterPairs = false;             // staged tiles: cluster pairs, or one thread per point
-  // Pairs decided in double so far in the run from which on a block lists its points' pairs
-  // within rounding of R (BandPairs, searchPointRows).
-  unsigned long long listBandFrom = ~0ull;
-  PairTest test;
-  // Neighbor Count over the half shell (takesHalfShell): the counts in input order, cleared
-  // before the search; null for the loops over every neighbor.
-  std::int32_t* halfShellCounts = nullptr;
-  // Density over the half shell (takesHalfShell): the densities in input order, cleared before
-  // the search, and what a sum of kernel shapes is multiplied by (the one mass times the
-  // kernel's normalization).
-  float* halfShellDensities = nullptr;
-  float halfShellDensityScale = 0.0f;
 };
 
 /// A tile's cells along axis a: side along x and y, depth along z.
@@ -401,6 +371,44 @@ struct TileGrid
   }
 };
 
+/// What the search kernel reads besides the operation.
+struct TileSearch
+{
+  CellTable fine;                        // cells of R / 2 (with their keys: coordinates())
+  const Particle* particles = nullptr;   // fine-cell order, frame coordinates of their own cell
+  const std::int32_t* orderToInput = nullptr;
+  bool hasImages = false;                // periodic images made on the device (Problem::images)
+  int firstImage = 0;                    // the input index of the first one
+  const TileItem* items = nullptr;       // work items: a tile (by its leader cell) and a chunk of its own points
+  const int* itemCount = nullptr;        // how many (device memory)
+  // A block a grid tile instead of listed items (StagedTiles::takesTilesDirectly): the blocks
+  // take a tile of directGrid each, its first directChunks chunks of own points, and set
+  // *restFlag (the host's mapped memory) where a tile holds more. 0 where the search reads items.
+  int directTiles = 0;
+  TileGrid directGrid;
+  int* restFlag = nullptr;
+  static constexpr int directChunks = 2;
+  int side = maxTileSide;                // fine cells per tile along x and y: 1, 2 or 4
+  int depth = maxTileSide;               // along z: side or side + 1 (chooseDepthAndCapacity)
+  int reach = maxReach;                  // cells of R / reach: neighbors lie within `reach` cells
+  int capacity = 0;                      // staged points that fit the block's shared memory
+  float cullLimit = 0.0f;                // squared distance (fine-cell units) beyond which a row is skipped
+  int xBinBits = 0;                      // each fine cell's points in 2^xBinBits bins along x (RadixCells)
+  bool clusterPairs = false;             // staged tiles: cluster pairs, or one thread per point
+  // Pairs decided in double so far in the run from which on a block lists its points' pairs
+  // within rounding of R (BandPairs, searchPointRows).
+  unsigned long long listBandFrom = ~0ull;
+  PairTest test;
+  // Neighbor Count over the half shell (takesHalfShell): the counts in input order, cleared
+  // before the search; null for the loops over every neighbor.
+  std::int32_t* halfShellCounts = nullptr;
+  // Density over the half shell (takesHalfShell): the densities in input order, cleared before
+  // the search, and what a sum of kernel shapes is multiplied by (the one mass times the
+  // kernel's normalization).
+  float* halfShellDensities = nullptr;
+  float halfShellDensityScale = 0.0f;
+};
+
 /// Own points of a tile per block: all of a tile that can stage its region, in blocks of 1024; a
 /// tile whose region would not fit at its own points' density reads candidates from global
 /// memory and gets a block per 256 points. Any split is correct; this one only sets the speed.
@@ -478,13 +486,14 @@ struct ItemsOfTile
   __host__ __device__ int operator()(int entry) const { return entry & ((1 << TileChunks::splitShift) - 1); }
 };
 
-/// itemsOfTile[t] = the work items of grid tile t (chunks.of its own points), a warp a tile: a
-/// lookup a cell of the tile, no atomics. A lane's lookups are all issued before their cells'
-/// starts are read, so that the warp waits on two reads in a row, not six (the 4M rows on the
-/// H200: 17.7-18.0 -> 16.0-16.3 us). The items, not the points, so that their scan reads a plain
+/// itemsOfTile[t] = the work items of grid tile t (chunks.of its own points, from chunk
+/// firstChunk on: StagedTiles::searchRest), a warp a tile: a lookup a cell of the tile, no
+/// atomics. A lane's lookups are all issued before their cells' starts are read, so that the
+/// warp waits on two reads in a row, not six (the 4M rows on the H200: 17.7-18.0 -> 16.0-16.3 us). The items, not the points, so that their scan reads a plain
 /// array: scanning TileChunks of the points took 13.1 us there, and the sort stage took 0.352-0.353
 /// -> 0.347 ms with this (RESULTS.md, issue 22).
-__global__ void countGridTileItems(CellTable fine, TileGrid grid, int tiles, TileChunks chunks, std::int32_t* __restrict__ itemsOfTile)
+__global__ void countGridTileItems(
+  CellTable fine, TileGrid grid, int tiles, TileChunks chunks, int firstChunk, std::int32_t* __restrict__ itemsOfTile)
 {
   const std::int64_t t = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (t >= tiles) // whole warps: blocks of whole warps
@@ -512,9 +521,9 @@ __global__ void countGridTileItems(CellTable fine, TileGrid grid, int tiles, Til
     own += counts[e];
   }
   own = __reduce_add_sync(0xffffffffu, own);
-  int items = chunks.of(own);
+  int items = max(0, chunks.of(own) - firstChunk);
   int split = 0;
-  if (chunks.splitsAtLayers(own)) // the same for the whole warp
+  if (firstChunk == 0 && chunks.splitsAtLayers(own)) // the same for the whole warp
   {
     split = splitLayerOf(own, grid.extent[2], [&](int layer) {
       int below = 0;
@@ -557,11 +566,11 @@ __global__ void writeTileItems(OccupiedCells occupied, const std::int32_t* __res
 }
 
 /// The work items of grid tile t from position[t] on (an exclusive sum of TileChunks over the
-/// grid's tiles), in the tiles' order: the leader cell order of dense data. The item's key is that
-/// of a cell of the tile (TileGrid::cellOfTile), from which the search finds the tile as from its
-/// leader's (tileAnchorOf); Bits keys need no leader.
-__global__ void writeGridTileItems(CellTable fine, TileGrid grid, int tiles, const std::int32_t* __restrict__ itemsOfTile,
-  const std::int32_t* __restrict__ position, TileItem* __restrict__ items)
+/// grid's tiles; its chunks from firstChunk on), in the tiles' order: the leader cell order of
+/// dense data. The item's key is that of a cell of the tile (TileGrid::cellOfTile), from which
+/// the search finds the tile as from its leader's (tileAnchorOf); Bits keys need no leader.
+__global__ void writeGridTileItems(CellTable fine, TileGrid grid, int tiles, int firstChunk,
+  const std::int32_t* __restrict__ itemsOfTile, const std::int32_t* __restrict__ position, TileItem* __restrict__ items)
 {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t < tiles)
@@ -582,7 +591,7 @@ __global__ void writeGridTileItems(CellTable fine, TileGrid grid, int tiles, con
       }
       for (int c = 0; c < count; ++c)
       {
-        items[first + c] = TileItem::of(key, -1, c);
+        items[first + c] = TileItem::of(key, -1, firstChunk + c);
       }
     }
   }
@@ -2634,11 +2643,13 @@ __device__ void stageRegion(const TileSearch& g, const StagedRegion& r, int stag
   }
 }
 
-/// One block per work item (a tile and a chunk of its own points); blocks beyond the item count
-/// (on the device) return at once. Banded as addFloatPair: false only where the operation's terms
-/// vanish at R and no point lies in a huge cell (StagedTiles::reachesHugeCells). NarrowRows: the
-/// loop per point keeps its rows in RowFormat<true>'s entries. HalfShell: Neighbor Count or density
-/// over the half shell (countHalfShells, densityHalfShells), with its shorter row lists.
+/// One block per work item (a tile and a chunk of its own points), blocks beyond the item count
+/// (on the device) returning at once; or where blocks take grid tiles directly
+/// (TileSearch::directTiles) a block a tile and its first chunks. Banded as
+/// addFloatPair: false only where the operation's terms vanish at R and no point lies in a huge
+/// cell (StagedTiles::reachesHugeCells). NarrowRows: the loop per point keeps its rows in
+/// RowFormat<true>'s entries. HalfShell: Neighbor Count or density over the half shell
+/// (countHalfShells, densityHalfShells), with its shorter row lists.
 template <class Op, bool Banded, bool NarrowRows, bool HalfShell = false>
 __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, unsigned long long* decided)
 {
@@ -2669,11 +2680,26 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
                                   reinterpret_cast<const char*>(stagedMemory))) / int(sizeof(float4)));
   void* scratch = clusterPairs ? static_cast<void*>(stagedMemory + stagedFloat4s) : static_cast<void*>(stagedMemory);
   __shared__ StagedCells cells;
-  if (int(blockIdx.x) >= *g.itemCount)
+  // Blocks take grid tiles directly only over the half shell (StagedTiles::takesTilesDirectly).
+  const bool direct = HalfShell && g.directTiles > 0;
+  if (!direct && int(blockIdx.x) >= *g.itemCount)
   {
     return;
   }
-  const TileItem item = g.items[blockIdx.x];
+  TileItem item;
+  if (direct)
+  {
+    // A grid tile's item: the key of one of its cells (TileGrid::cellOfTile).
+    std::int64_t offset[3];
+    g.directGrid.cellOfTile(blockIdx.x, offset);
+    std::uint64_t key = 0;
+    g.fine.layout.bitsKeyOfOffsets(offset, key);
+    item = TileItem::of(key, -1, 0);
+  }
+  else
+  {
+    item = g.items[blockIdx.x];
+  }
   // The item's layers of the tile: its region from its first layer up.
   const int firstLayer = item.firstLayer();
   PlacementScratch& placement = *static_cast<PlacementScratch*>(scratch);
@@ -2706,7 +2732,15 @@ __device__ __forceinline__ void searchTile(const TileSearch& g, const Op& op, un
 
   const int ownTotal = cells.ownStart[region.ownCells];
   const int per = chunkPointsFor(ownTotal, g.side, g.depth, g.reach, g.capacity);
-  const int chunkBegin = item.chunk() * per, chunkEnd = min(ownTotal, chunkBegin + per);
+  // A tile's own block (TileSearch::directTiles) takes its first chunks and flags any more for
+  // a listed search after it (StagedTiles::searchRest). Listing them here, with an atomic and
+  // a fence, took the 4M count search 0.893 -> 0.953 ms on the H200, though no tile listed any.
+  if (direct && threadIdx.x == 0 && ownTotal > TileSearch::directChunks * per)
+  {
+    *static_cast<volatile int*>(g.restFlag) = 1;
+  }
+  const int chunkBegin = direct ? 0 : item.chunk() * per;
+  const int chunkEnd = min(ownTotal, direct ? TileSearch::directChunks * per : chunkBegin + per);
   if (!fits)
   {
     if constexpr (HalfShell && counts)
@@ -2946,6 +2980,10 @@ private:
   /// beside it (RESULTS.md, issue 22).
   void listItems(CudaRun& run, int n, const KeyLayout& layout)
   {
+    if (takesTilesDirectly(layout))
+    {
+      return;
+    }
     if (!run.side)
     {
       queueItems(run, run.stream, n, layout);
@@ -2957,8 +2995,46 @@ private:
     listed_.holdBack(run.stream, "joining the tiles' listing");
   }
 
+  /// Whether the half shell's blocks take the grid's tiles directly (TileSearch::directTiles):
+  /// a block a tile, its first two chunks of own points (a uniform cloud's tiles hold one or two);
+  /// where a tile holds more, a listed search of the chunks after them (searchRest). No listing
+  /// runs beside the gather, which took 98 us beside it against 89 alone, and the search waits
+  /// on no other stream: on the 4M rows on the H200, four rounds in turns, the sort stage took
+  /// 0.306-0.307 -> 0.296-0.298 ms, count's search 0.893-0.896 -> 0.892-0.895 (count 1.200-1.203
+  /// -> 1.188-1.192) and density's 0.971-0.973 -> 0.982-0.984 (a tile over a block's threads in
+  /// one block; RESULTS.md, issue 22). Smoothing's loops over every neighbor keep their listed
+  /// chunks: a block a tile took Shepard-3's search 1.859 -> 1.903 ms.
+  /// Where the grid holds more tiles than there are occupied cells, so would the blocks.
+  /// NEIGHBORGRID_TILES_ITEMS=direct|listed (a testing and benchmarking knob) takes a way, the
+  /// direct one for every half shell with an identity table.
+  bool takesTilesDirectly(const KeyLayout& layout)
+  {
+    search_.directTiles = 0;
+    const std::string knob = tilesKnob("NEIGHBORGRID_TILES_ITEMS", { "direct", "listed" });
+    const TileGrid grid = keysByTable_ ? TileGrid::of(layout, side_, depth_) : TileGrid{};
+    const bool possible = halfShell_ && keysByTable_ && grid.tiles() <= double(std::numeric_limits<int>::max());
+    if (knob == "direct" && !possible)
+    {
+      throw Error("NeighborGrid: NEIGHBORGRID_TILES_ITEMS is 'direct', but this run's tiles are listed: blocks take "
+                  "grid tiles directly only over the half shell with an identity table of cells");
+    }
+    if (!possible || knob == "listed" || (knob.empty() && grid.tiles() > double(search_.fine.cells)))
+    {
+      return false;
+    }
+    int* hostFlag = restFlag_.ensure(1, "the flag of tiles over their blocks");
+    NG_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&search_.restFlag), hostFlag, 0),
+      "mapping the flag of tiles over their blocks");
+    layout_ = layout;
+    search_.directTiles = static_cast<int>(grid.tiles());
+    search_.directGrid = grid;
+    items_ = search_.directTiles;
+    return true;
+  }
+
   /// listItems' kernels, queued on `stream`.
-  void queueItems(CudaRun& run, cudaStream_t stream, int n, const KeyLayout& layout)
+  /// From chunk firstChunk of each tile on (searchRest: the grid's tiles, whatever their count).
+  void queueItems(CudaRun& run, cudaStream_t stream, int n, const KeyLayout& layout, int firstChunk = 0)
   {
     const int cells = search_.fine.cells;
     if (cells == 0)
@@ -2978,7 +3054,7 @@ private:
     // starts' selection filling the table (RadixCells::build) and no kept keys: the 4M sort stage
     // 0.373-0.378 -> 0.355-0.357 ms, the 64M one 5.58-5.59 -> 5.09 (RESULTS.md, issue 22).
     const TileGrid grid = keysByTable_ ? TileGrid::of(layout, side_, depth_) : TileGrid{};
-    const bool onGrid = keysByTable_ && grid.tiles() <= double(cells);
+    const bool onGrid = keysByTable_ && (grid.tiles() <= double(cells) || firstChunk > 0);
     const int entries = onGrid ? static_cast<int>(grid.tiles()) : cells;
     // Each grid tile's work items, or each leader cell's tile's own points (TileChunks makes them
     // work items), then scanned into the items' positions.
@@ -2989,7 +3065,8 @@ private:
     if (onGrid)
     {
       // countGridTileItems also clears the scan's entry after the last tile.
-      countGridTileItems<<<blocksFor(std::int64_t(entries) * 32), 256, 0, stream>>>(search_.fine, grid, entries, chunks, tileCounts);
+      countGridTileItems<<<blocksFor(std::int64_t(entries) * 32), 256, 0, stream>>>(
+        search_.fine, grid, entries, chunks, firstChunk, tileCounts);
       NG_CUDA_CHECK_LAUNCH("countGridTileItems");
       exclusiveSum(thrust::make_transform_iterator(tileCounts, ItemsOfTile{}), position, entries + 1, scratch_, stream,
         "scanning the tiles' work items");
@@ -3006,7 +3083,7 @@ private:
     TileItem* items = itemList_.ensure(bound, "tile work items");
     if (onGrid)
     {
-      writeGridTileItems<<<blocksFor(entries), 256, 0, stream>>>(search_.fine, grid, entries, tileCounts, position, items);
+      writeGridTileItems<<<blocksFor(entries), 256, 0, stream>>>(search_.fine, grid, entries, firstChunk, tileCounts, position, items);
       NG_CUDA_CHECK_LAUNCH("writeGridTileItems");
     }
     else
@@ -3183,8 +3260,48 @@ private:
   {
     const std::size_t bytes = halfShellSharedBytes();
     allowDynamicSharedMemory(kernel, run.device->id, bytes, "allowing the half shell's shared memory");
+    if (search.directTiles > 0)
+    {
+      *static_cast<volatile int*>(restFlag_.get()) = 0;
+      // The tiles' chunks after their blocks' (searchRest): the search over listed items.
+      rest_ = [this, kernel, search, op, bytes](CudaRun& restRun) {
+        TileSearch rest = search;
+        rest.directTiles = 0;
+        rest.items = search_.items;
+        rest.itemCount = search_.itemCount;
+        kernel<<<items_, tileThreads, bytes, restRun.stream>>>(rest, op, restRun.decided);
+        NG_CUDA_CHECK_LAUNCH("the tiles' chunks over their blocks");
+      };
+    }
     kernel<<<items_, tileThreads, bytes, run.stream>>>(search, op, run.decided);
   }
+
+public:
+  /// After a search that took grid tiles directly and the stream's synchronization: where a
+  /// tile held more than its block's chunks (the flag in the host's memory), lists the chunks
+  /// after each tile's first TileSearch::directChunks and queues their search (true). A search
+  /// whose tiles all fit their blocks costs nothing here.
+  bool searchRest(CudaRun& run) override
+  {
+    if (!rest_)
+    {
+      return false;
+    }
+    const auto rest = std::move(rest_);
+    rest_ = nullptr;
+    if (*static_cast<volatile int*>(restFlag_.get()) == 0)
+    {
+      return false;
+    }
+    *static_cast<volatile int*>(restFlag_.get()) = 0;
+    const int directTiles = search_.directTiles;
+    queueItems(run, run.stream, static_cast<int>(run.count), layout_, TileSearch::directChunks);
+    rest(run);
+    items_ = directTiles; // for a later search of the same sort
+    return true;
+  }
+
+private:
   template <class Op, bool Banded, bool NarrowRows = false>
   std::size_t sharedBytes(const TileSearch& search) const
   {
@@ -3468,6 +3585,9 @@ private:
   DeviceBuffer<std::int32_t> position_;
   DeviceBuffer<unsigned char> scratch_;
   DeviceBuffer<TileItem> itemList_;
+  PinnedBuffer<int> restFlag_;          // TileSearch::restFlag
+  KeyLayout layout_;                    // the sort's, for searchRest's listing
+  std::function<void(CudaRun&)> rest_;  // the last direct search's launch, for its tiles' other chunks
   StreamMark cellsFound_; // the cells and their lookup are built (sort)
   StreamMark listed_;     // the work items are listed (listItems)
   bool uniform_ = false; // the occupied cells hold what a uniform cloud's would (uniformPointsPerCell)
