@@ -1146,7 +1146,6 @@ Cloud uniformWithClump(double radius, int n, int clump, std::uint64_t seed)
   std::mt19937_64 rng(seed + 1);
   std::uniform_real_distribution<double> unit(-1.0, 1.0);
   const double center[3] = { 0.37 * box, 0.52 * box, 0.61 * box };
-  std::vector<double> xyz = c.xyz;
   for (int k = 0; k < clump;)
   {
     const double d[3] = { unit(rng), unit(rng), unit(rng) };
@@ -1154,12 +1153,11 @@ Cloud uniformWithClump(double radius, int n, int clump, std::uint64_t seed)
     {
       for (int a = 0; a < 3; ++a)
       {
-        xyz.push_back(center[a] + 0.02 * radius * d[a]);
+        c.xyz.push_back(center[a] + 0.02 * radius * d[a]);
       }
       ++k;
     }
   }
-  c.xyz = xyz;
   ngtest::finishCloud(c, rng);
   return c;
 }
