@@ -489,9 +489,10 @@ struct ItemsOfTile
 /// itemsOfTile[t] = the work items of grid tile t (chunks.of its own points, from chunk
 /// firstChunk on: StagedTiles::searchRest), a warp a tile: a lookup a cell of the tile, no
 /// atomics. A lane's lookups are all issued before their cells' starts are read, so that the
-/// warp waits on two reads in a row, not six (the 4M rows on the H200: 17.7-18.0 -> 16.0-16.3 us). The items, not the points, so that their scan reads a plain
-/// array: scanning TileChunks of the points took 13.1 us there, and the sort stage took 0.352-0.353
-/// -> 0.347 ms with this (RESULTS.md, issue 22).
+/// warp waits on two reads in a row, not six (the 4M rows on the H200: 17.7-18.0 -> 16.0-16.3
+/// us). The items, not the points, so that their scan reads a plain array: scanning TileChunks of
+/// the points took 13.1 us there, and the sort stage took 0.352-0.353 -> 0.347 ms with this
+/// (RESULTS.md, issue 22).
 __global__ void countGridTileItems(
   CellTable fine, TileGrid grid, int tiles, TileChunks chunks, int firstChunk, std::int32_t* __restrict__ itemsOfTile)
 {
@@ -3025,7 +3026,6 @@ private:
     int* hostFlag = restFlag_.ensure(1, "the flag of tiles over their blocks");
     NG_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&search_.restFlag), hostFlag, 0),
       "mapping the flag of tiles over their blocks");
-    layout_ = layout;
     search_.directTiles = static_cast<int>(grid.tiles());
     search_.directGrid = grid;
     items_ = search_.directTiles;
@@ -3295,7 +3295,7 @@ public:
     }
     *static_cast<volatile int*>(restFlag_.get()) = 0;
     const int directTiles = search_.directTiles;
-    queueItems(run, run.stream, static_cast<int>(run.count), layout_, TileSearch::directChunks);
+    queueItems(run, run.stream, static_cast<int>(run.count), search_.fine.layout, TileSearch::directChunks);
     rest(run);
     items_ = directTiles; // for a later search of the same sort
     return true;
@@ -3586,7 +3586,6 @@ private:
   DeviceBuffer<unsigned char> scratch_;
   DeviceBuffer<TileItem> itemList_;
   PinnedBuffer<int> restFlag_;          // TileSearch::restFlag
-  KeyLayout layout_;                    // the sort's, for searchRest's listing
   std::function<void(CudaRun&)> rest_;  // the last direct search's launch, for its tiles' other chunks
   StreamMark cellsFound_; // the cells and their lookup are built (sort)
   StreamMark listed_;     // the work items are listed (listItems)
